@@ -1,0 +1,40 @@
+# Two commands do all set-up on a fresh clone: `make demo` and `make test`.
+# Both create .venv (Python 3.12) when it is missing and install the project
+# with its test and TPU-compiler extras; libtpu (~200 MB) is downloaded once
+# and stays cached in .venv.
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export JAX_PLATFORMS ?= cpu
+
+# jax 0.12 needs Python >= 3.12; the machine's default python3 may be older.
+PYTHON312 := $(shell tools/find-python312)
+
+.PHONY: demo test test-fast bench golden hf-fixtures clean-venv
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON312) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,tpu-aot,bench]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/megakernel demo
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+bench: $(STAMP)
+	$(PY) -m bench.run
+
+golden: $(STAMP)
+	$(PY) -m tests.backends.regen_golden
+
+clean-venv:
+	rm -rf $(VENV)
+
+include tools/hf-fixtures.mk

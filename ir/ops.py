@@ -1,0 +1,369 @@
+"""Op kinds of the layer graph: frozen parameter records, checked when built.
+
+An op knows its own weights (``params``) and the per-token shapes it maps
+(``infer``); it knows nothing of layers, sharding or code generation. The
+reference (``models/reference.py``) and every backend keep one function per
+``kind`` in a table, so adding an op kind is one class here and one entry there.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+from megakernel.errors import IRError
+from megakernel.ir.types import DType, ParamSpec, check_positive
+
+
+class Activation(enum.Enum):
+    SILU = "silu"
+    GELU = "gelu"            # exact (erf) GELU
+    GELU_TANH = "gelu_tanh"  # tanh approximation
+
+
+class Scoring(enum.Enum):
+    SOFTMAX = "softmax"
+    SIGMOID = "sigmoid"
+
+
+def _fail(field_name: str, message: str) -> IRError:
+    # The message already says `field=value`; the path stops at the op.
+    del field_name
+    return IRError(message)
+
+
+def _expect_shapes(op: "Op", found: tuple[tuple[int, ...], ...],
+                   expected: tuple[tuple[int, ...], ...]) -> None:
+    if tuple(found) != tuple(expected):
+        raise IRError(f"inputs have per-token shapes {list(found)}, expected "
+                      f"{list(expected)}", path=op.kind)
+
+
+@dataclass(frozen=True)
+class Op:
+    """Base of all op kinds. ``kind`` names the op in tables and JSON."""
+
+    kind: ClassVar[str] = "op"
+
+    def params(self, dtype: DType) -> dict[str, ParamSpec]:
+        return {}
+
+    def infer(self, inputs: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict:
+        out = {"kind": self.kind}
+        for f in fields(self):
+            out[f.name] = _encode(getattr(self, f.name))
+        return out
+
+
+def _encode(value):
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, RopeScaling):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    return value
+
+
+@dataclass(frozen=True)
+class RMSNorm(Op):
+    """y = x / rms(x) * w over groups of ``dim`` features (``dim`` = the whole
+    vector, or a head for qk-norm). With ``offset`` the scale is (1 + w)."""
+
+    kind: ClassVar[str] = "rmsnorm"
+    dim: int
+    eps: float = 1e-6
+    offset: bool = False
+
+    def __post_init__(self):
+        check_positive(self.dim, "dim")
+        if not (isinstance(self.eps, (int, float)) and 0 < self.eps < 1):
+            raise _fail("eps", f"eps={self.eps!r} must be a number in (0, 1)")
+
+    def params(self, dtype):
+        return {"weight": ParamSpec((self.dim,), dtype)}
+
+    def infer(self, inputs):
+        (shape,) = inputs
+        if len(shape) != 1 or shape[0] % self.dim:
+            raise IRError(f"input of {shape[0] if shape else shape} features is not "
+                          f"a whole number of groups of dim={self.dim}", path=self.kind)
+        return (shape,)
+
+
+@dataclass(frozen=True)
+class Linear(Op):
+    """y = x @ W (+ b); W is stored [in_features, out_features]."""
+
+    kind: ClassVar[str] = "linear"
+    in_features: int
+    out_features: int
+    bias: bool = False
+
+    def __post_init__(self):
+        check_positive(self.in_features, "in_features")
+        check_positive(self.out_features, "out_features")
+
+    def params(self, dtype):
+        p = {"weight": ParamSpec((self.in_features, self.out_features), dtype)}
+        if self.bias:
+            p["bias"] = ParamSpec((self.out_features,), dtype)
+        return p
+
+    def infer(self, inputs):
+        _expect_shapes(self, inputs, ((self.in_features,),))
+        return ((self.out_features,),)
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Frequency scaling of rotary embeddings. ``llama3``: Llama 3.1+ smooth
+    wavelength-dependent scaling; ``linear``: positions divided by ``factor``."""
+
+    rope_type: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+    SUPPORTED: ClassVar[tuple[str, ...]] = ("llama3", "linear")
+
+    def __post_init__(self):
+        if self.rope_type not in self.SUPPORTED:
+            raise _fail("rope_type",
+                        f"rope_type={self.rope_type!r} is not supported; "
+                        f"supported: {list(self.SUPPORTED)}")
+        if not self.factor > 0:
+            raise _fail("factor", f"factor={self.factor!r} must be > 0")
+        if self.rope_type == "llama3" and not self.high_freq_factor > self.low_freq_factor:
+            raise _fail("high_freq_factor",
+                        f"high_freq_factor={self.high_freq_factor} must exceed "
+                        f"low_freq_factor={self.low_freq_factor}")
+
+
+@dataclass(frozen=True)
+class Rope(Op):
+    """Rotary position embedding (rotate-half layout) of the first ``rotary_dim``
+    features of each of ``num_heads`` heads of ``head_dim``."""
+
+    kind: ClassVar[str] = "rope"
+    num_heads: int
+    head_dim: int
+    theta: float = 10000.0
+    rotary_dim: int = 0          # 0 means the full head
+    scaling: RopeScaling | None = None
+
+    def __post_init__(self):
+        check_positive(self.num_heads, "num_heads")
+        check_positive(self.head_dim, "head_dim")
+        if self.rotary_dim == 0:
+            object.__setattr__(self, "rotary_dim", self.head_dim)
+        if isinstance(self.scaling, dict):
+            object.__setattr__(self, "scaling", RopeScaling(**self.scaling))
+        rd = self.rotary_dim
+        if not (isinstance(rd, int) and 0 < rd <= self.head_dim and rd % 2 == 0):
+            raise _fail("rotary_dim", f"rotary_dim={rd!r} must be even and in "
+                        f"(0, head_dim={self.head_dim}]")
+        if not self.theta > 1:
+            raise _fail("theta", f"theta={self.theta!r} must be > 1")
+
+    def inv_freq(self) -> np.ndarray:
+        """Per-pair inverse frequencies [rotary_dim // 2], float64, scaling applied."""
+        rd = self.rotary_dim
+        inv = 1.0 / (self.theta ** (np.arange(0, rd, 2, dtype=np.float64) / rd))
+        s = self.scaling
+        if s is None:
+            return inv
+        if s.rope_type == "linear":
+            return inv / s.factor
+        # llama3: long wavelengths slowed by `factor`, short ones kept, a smooth
+        # blend in between (Llama 3.1 reference implementation's equations).
+        wavelen = 2 * math.pi / inv
+        low_wl = s.original_max_position / s.low_freq_factor
+        high_wl = s.original_max_position / s.high_freq_factor
+        smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (
+            s.high_freq_factor - s.low_freq_factor)
+        blended = (1 - smooth) * inv / s.factor + smooth * inv
+        return np.where(wavelen > low_wl, inv / s.factor,
+                        np.where(wavelen < high_wl, inv, blended))
+
+    def infer(self, inputs):
+        _expect_shapes(self, inputs, ((self.num_heads * self.head_dim,),))
+        return inputs
+
+
+@dataclass(frozen=True)
+class Attention(Op):
+    """Causal GQA attention of T new tokens per sequence over a KV cache.
+
+    Inputs q [Hq*D], k [Hkv*D], v [Hkv*D] per token; the new k, v are written to
+    the cache at positions p..p+T-1 first, then every query attends to cache
+    positions j <= its own (and j > pos - sliding_window when set)."""
+
+    kind: ClassVar[str] = "attention"
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    softmax_scale: float = 0.0   # 0 means 1/sqrt(head_dim)
+    sliding_window: int | None = None
+
+    def __post_init__(self):
+        check_positive(self.num_q_heads, "num_q_heads")
+        check_positive(self.num_kv_heads, "num_kv_heads")
+        check_positive(self.head_dim, "head_dim")
+        if self.num_q_heads % self.num_kv_heads:
+            raise _fail("num_q_heads", f"num_q_heads={self.num_q_heads} is not a "
+                        f"multiple of num_kv_heads={self.num_kv_heads}")
+        if self.softmax_scale == 0:
+            object.__setattr__(self, "softmax_scale", 1.0 / math.sqrt(self.head_dim))
+        if not self.softmax_scale > 0:
+            raise _fail("softmax_scale", f"softmax_scale={self.softmax_scale!r} must be > 0")
+        if self.sliding_window is not None:
+            check_positive(self.sliding_window, "sliding_window")
+
+    @property
+    def group_size(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    def infer(self, inputs):
+        q = (self.num_q_heads * self.head_dim,)
+        kv = (self.num_kv_heads * self.head_dim,)
+        _expect_shapes(self, inputs, (q, kv, kv))
+        return (q,)
+
+
+@dataclass(frozen=True)
+class MLP(Op):
+    """Feed-forward block: down(act(gate(x)) * up(x)) when ``gated`` (SwiGLU,
+    GeGLU), else down(act(up(x)))."""
+
+    kind: ClassVar[str] = "mlp"
+    hidden: int
+    intermediate: int
+    activation: Activation = Activation.SILU
+    gated: bool = True
+
+    def __post_init__(self):
+        check_positive(self.hidden, "hidden")
+        check_positive(self.intermediate, "intermediate")
+        object.__setattr__(self, "activation", _enum(Activation, self.activation, "activation"))
+
+    def params(self, dtype):
+        h, i = self.hidden, self.intermediate
+        p = {"up": ParamSpec((h, i), dtype), "down": ParamSpec((i, h), dtype)}
+        if self.gated:
+            p = {"gate": ParamSpec((h, i), dtype), **p}
+        return p
+
+    def infer(self, inputs):
+        _expect_shapes(self, inputs, ((self.hidden,),))
+        return ((self.hidden,),)
+
+
+@dataclass(frozen=True)
+class MoE(Op):
+    """Mixture of experts: router, top-k selection, gated expert FFNs, shared experts.
+
+    scores = softmax|sigmoid(x @ router); experts are *selected* by
+    scores + correction_bias (when present) but *weighted* by scores; the k weights
+    are renormalised to sum 1 when ``renormalize``, then multiplied by
+    ``routed_scaling``. ``num_shared_experts`` always-on experts of
+    ``shared_intermediate`` each are added (stored as one MLP of their total width).
+    """
+
+    kind: ClassVar[str] = "moe"
+    hidden: int
+    num_experts: int
+    top_k: int
+    expert_intermediate: int
+    scoring: Scoring = Scoring.SOFTMAX
+    correction_bias: bool = False
+    renormalize: bool = False
+    routed_scaling: float = 1.0
+    num_shared_experts: int = 0
+    shared_intermediate: int = 0
+    activation: Activation = Activation.SILU
+
+    def __post_init__(self):
+        for name in ("hidden", "num_experts", "top_k", "expert_intermediate"):
+            check_positive(getattr(self, name), name)
+        check_positive(self.num_shared_experts, "num_shared_experts", allow_zero=True)
+        object.__setattr__(self, "scoring", _enum(Scoring, self.scoring, "scoring"))
+        object.__setattr__(self, "activation", _enum(Activation, self.activation, "activation"))
+        if self.top_k > self.num_experts:
+            raise _fail("top_k", f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if self.num_shared_experts:
+            check_positive(self.shared_intermediate, "shared_intermediate")
+        if not self.routed_scaling > 0:
+            raise _fail("routed_scaling", f"routed_scaling={self.routed_scaling!r} must be > 0")
+
+    @property
+    def shared_width(self) -> int:
+        return self.num_shared_experts * self.shared_intermediate
+
+    def params(self, dtype):
+        h, e, i = self.hidden, self.num_experts, self.expert_intermediate
+        p = {"router": ParamSpec((h, e), dtype)}
+        if self.correction_bias:
+            p["router_bias"] = ParamSpec((e,), DType.F32)
+        p.update(experts_gate=ParamSpec((e, h, i), dtype),
+                 experts_up=ParamSpec((e, h, i), dtype),
+                 experts_down=ParamSpec((e, i, h), dtype))
+        if self.num_shared_experts:
+            s = self.shared_width
+            p.update(shared_gate=ParamSpec((h, s), dtype), shared_up=ParamSpec((h, s), dtype),
+                     shared_down=ParamSpec((s, h), dtype))
+        return p
+
+    def infer(self, inputs):
+        _expect_shapes(self, inputs, ((self.hidden,),))
+        return ((self.hidden,),)
+
+
+@dataclass(frozen=True)
+class Add(Op):
+    """Residual add of two tensors of the same shape."""
+
+    kind: ClassVar[str] = "add"
+
+    def infer(self, inputs):
+        if len(inputs) != 2 or inputs[0] != inputs[1]:
+            raise IRError(f"add needs two inputs of one shape, found {list(inputs)}",
+                          path=self.kind)
+        return (inputs[0],)
+
+
+def _enum(cls, value, field_name):
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        raise _fail(field_name, f"{field_name}={value!r} is not one of "
+                    f"{[m.value for m in cls]}") from None
+
+
+OP_KINDS: dict[str, type[Op]] = {c.kind: c for c in (RMSNorm, Linear, Rope, Attention, MLP, MoE, Add)}
+
+
+def op_from_dict(data: dict) -> Op:
+    """Rebuild an op from ``Op.to_dict`` output; unknown kinds or fields are errors."""
+    data = dict(data)
+    kind = data.pop("kind", None)
+    if kind not in OP_KINDS:
+        raise IRError(f"unknown op kind {kind!r}; known: {sorted(OP_KINDS)}", path="kind")
+    cls = OP_KINDS[kind]
+    known = {f.name for f in fields(cls)}
+    extra = sorted(set(data) - known)
+    if extra:
+        raise IRError(f"unknown fields {extra} for op kind {kind!r}; known: {sorted(known)}",
+                      path=kind)
+    try:
+        return cls(**data)
+    except TypeError as err:
+        raise IRError(f"cannot build {kind}: {err}", path=kind) from None
