@@ -1,0 +1,196 @@
+"""The oracle: a plain-JAX decode step for any IR model (no Pallas).
+
+It walks the layer graph op by op through one function per op kind, written
+as close to the published equations as possible. Tokens are flattened to rows
+``n = b * T + t``; activations are f32; matmuls read weights in their storage
+dtype with f32 accumulation. The same function prefills (T = prompt length,
+start 0) and decodes (T new tokens at per-sequence start positions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from megakernel.ir.graph import Model, OpNode
+from megakernel.ir.ops import Activation, Scoring
+
+Array = jax.Array
+
+
+@dataclass
+class _Ctx:
+    """What an op sees besides its inputs: positions, and the layer's caches."""
+
+    batch: int
+    tokens: int
+    positions: Array              # [B, T] int32
+    caches: dict[str, Array]      # read and written by attention ops
+    prefix: str                   # "layers.{i}."
+
+
+def matmul(x: Array, w: Array) -> Array:
+    """x @ w in w's dtype with f32 accumulation (what the MXU does)."""
+    return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32,
+                   precision=jax.lax.Precision.HIGHEST)
+
+
+def activation(kind: Activation, x: Array) -> Array:
+    return {
+        Activation.SILU: jax.nn.silu,
+        Activation.GELU: lambda v: jax.nn.gelu(v, approximate=False),
+        Activation.GELU_TANH: lambda v: jax.nn.gelu(v, approximate=True),
+    }[kind](x)
+
+
+def rmsnorm(op, p, x):
+    n, f = x.shape
+    g = x.reshape(n, f // op.dim, op.dim)
+    g = g * jax.lax.rsqrt(jnp.mean(g * g, axis=-1, keepdims=True) + op.eps)
+    scale = p["weight"].astype(jnp.float32) + (1.0 if op.offset else 0.0)
+    return (g * scale).reshape(n, f)
+
+
+def linear(op, p, x):
+    y = matmul(x, p["weight"])
+    return y + p["bias"].astype(jnp.float32) if op.bias else y
+
+
+def rope(op, x, positions):
+    """Rotate-half RoPE on the first rotary_dim features of every head."""
+    n = x.shape[0]
+    h = x.reshape(n, op.num_heads, op.head_dim)
+    half = op.rotary_dim // 2
+    inv_freq = jnp.asarray(op.inv_freq(), jnp.float32)
+    angle = positions.reshape(n, 1).astype(jnp.float32) * inv_freq[None, :]   # [n, half]
+    cos, sin = jnp.cos(angle)[:, None, :], jnp.sin(angle)[:, None, :]
+    x1, x2, rest = h[..., :half], h[..., half:op.rotary_dim], h[..., op.rotary_dim:]
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
+    return rotated.reshape(n, -1)
+
+
+def attention(op, q, k, v, ctx: _Ctx, name: str):
+    """Write the T new k/v rows into the cache, then causal GQA over the cache."""
+    b, t, d = ctx.batch, ctx.tokens, op.head_dim
+    kname, vname = f"{ctx.prefix}{name}.k", f"{ctx.prefix}{name}.v"
+    k_cache, v_cache = ctx.caches[kname], ctx.caches[vname]
+    start = ctx.positions[:, 0]
+
+    def write(cache, new):
+        new = new.reshape(b, t, op.num_kv_heads, d).astype(cache.dtype)
+        return jax.vmap(lambda c, x, s: jax.lax.dynamic_update_slice(c, x, (s, 0, 0)))(
+            cache, new, start)
+
+    k_cache, v_cache = write(k_cache, k), write(v_cache, v)
+    ctx.caches[kname], ctx.caches[vname] = k_cache, v_cache
+
+    s = k_cache.shape[1]
+    qh = q.reshape(b, t, op.num_kv_heads, op.group_size, d)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qh, k_cache.astype(jnp.float32),
+                        precision=jax.lax.Precision.HIGHEST) * op.softmax_scale
+    key_pos = jnp.arange(s)[None, None, :]                 # [1, 1, S]
+    query_pos = ctx.positions[:, :, None]                  # [B, T, 1]
+    visible = key_pos <= query_pos
+    if op.sliding_window is not None:
+        visible &= key_pos > query_pos - op.sliding_window
+    scores = jnp.where(visible[:, None, None, :, :], scores, -jnp.inf)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v_cache.astype(jnp.float32),
+                     precision=jax.lax.Precision.HIGHEST)
+    return out.reshape(b * t, op.num_q_heads * d)
+
+
+def gated_ffn(act, x, gate, up, down):
+    return matmul(activation(act, matmul(x, gate)) * matmul(x, up), down)
+
+
+def mlp(op, p, x):
+    if op.gated:
+        return gated_ffn(op.activation, x, p["gate"], p["up"], p["down"])
+    return matmul(activation(op.activation, matmul(x, p["up"])), p["down"])
+
+
+def route(op, p, x) -> tuple[Array, Array]:
+    """Router: (expert ids [n, k], combine weights [n, k]) for every row."""
+    logits = matmul(x, p["router"])
+    scores = jax.nn.softmax(logits, -1) if op.scoring == Scoring.SOFTMAX else jax.nn.sigmoid(logits)
+    select = scores + p["router_bias"].astype(jnp.float32) if op.correction_bias else scores
+    _, ids = jax.lax.top_k(select, op.top_k)
+    weights = jnp.take_along_axis(scores, ids, axis=-1)
+    if op.renormalize:
+        weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
+    return ids, weights * op.routed_scaling
+
+
+def moe(op, p, x):
+    """Every expert on every row, combined with the router's weights (zero for
+    unselected experts): slow, and obviously equal to the routed sum."""
+    ids, weights = route(op, p, x)
+    combine = jnp.zeros((x.shape[0], op.num_experts), jnp.float32)
+    combine = combine.at[jnp.arange(x.shape[0])[:, None], ids].add(weights)
+    per_expert = jax.vmap(lambda g, u, d: gated_ffn(op.activation, x, g, u, d))(
+        p["experts_gate"], p["experts_up"], p["experts_down"])      # [E, n, H]
+    out = jnp.einsum("ne,enh->nh", combine, per_expert, precision=jax.lax.Precision.HIGHEST)
+    if op.num_shared_experts:
+        out = out + gated_ffn(op.activation, x, p["shared_gate"], p["shared_up"], p["shared_down"])
+    return out
+
+
+# One entry per op kind: (node, params, inputs, ctx) -> output.
+OPS: dict[str, Callable[[OpNode, dict, list, _Ctx], Array]] = {
+    "rmsnorm": lambda n, p, xs, ctx: rmsnorm(n.op, p, xs[0]),
+    "linear": lambda n, p, xs, ctx: linear(n.op, p, xs[0]),
+    "rope": lambda n, p, xs, ctx: rope(n.op, xs[0], ctx.positions),
+    "attention": lambda n, p, xs, ctx: attention(n.op, *xs, ctx, n.name),
+    "mlp": lambda n, p, xs, ctx: mlp(n.op, p, xs[0]),
+    "moe": lambda n, p, xs, ctx: moe(n.op, p, xs[0]),
+    "add": lambda n, p, xs, ctx: xs[0] + xs[1],
+}
+
+
+def init_caches(model: Model, batch: int) -> dict[str, Array]:
+    """Zeroed KV caches, named as ``Model.cache_specs``."""
+    return {name: jnp.zeros(spec.shape, spec.dtype.jnp)
+            for name, spec in model.cache_specs(batch).items()}
+
+
+def final_hidden(model: Model, weights, tokens, start_pos, caches):
+    """Run embedding and every layer; returns (normed hidden [n, H], caches)."""
+    b, t = tokens.shape
+    positions = start_pos[:, None].astype(jnp.int32) + jnp.arange(t, dtype=jnp.int32)[None, :]
+    caches = dict(caches)
+    x = jnp.take(weights["embed.weight"], tokens.reshape(-1), axis=0).astype(jnp.float32)
+    for i, layer in enumerate(model.layers):
+        ctx = _Ctx(b, t, positions, caches, f"layers.{i}.")
+        env = {layer.input: x}
+        for node in layer.nodes:
+            params = {k.split(".")[-1]: weights[f"layers.{i}.{k}"]
+                      for k in layer.params(model.dtype) if k.startswith(node.name + ".")}
+            env[node.outputs[0]] = OPS[node.op.kind](node, params, [env[n] for n in node.inputs], ctx)
+        x = env[layer.output]
+    x = rmsnorm(model.final_norm, {"weight": weights["final_norm.weight"]}, x)
+    return x, caches
+
+
+def lm_head(model: Model, weights) -> Array:
+    """The LM head as [H, V]."""
+    return weights["embed.weight"].T if model.tie_embeddings else weights["lm_head.weight"]
+
+
+def decode_step(model: Model, weights, tokens, start_pos, caches):
+    """tokens [B, T] int32 at positions start_pos[b] + t -> (logits [B, T, V] f32, caches)."""
+    b, t = tokens.shape
+    x, caches = final_hidden(model, weights, tokens, start_pos, caches)
+    logits = matmul(x, lm_head(model, weights))
+    return logits.reshape(b, t, model.vocab_size), caches
+
+
+decode_step_jit = jax.jit(decode_step, static_argnums=0)
+
+
+def as_jax(weights: dict[str, np.ndarray]) -> dict[str, Array]:
+    return {k: jnp.asarray(v) for k, v in weights.items()}

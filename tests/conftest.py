@@ -1,0 +1,13 @@
+import os
+
+# Tests run on the CPU; libtpu, when installed, is only used for AOT compiles.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Virtual CPU devices for the multi-core interpret-mode tests; must be set
+# before jax is first imported.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("default")
