@@ -83,6 +83,9 @@ COMMON = dict(
 # the residual stream barely matters; this value keeps tied-embedding logits
 # (hidden_size ** 0.5 * std after the final norm) around O(2-3).
 EMBED_STD = 0.3
+ROUTER_SCALE = 4.0
+# Fail generation if any token's k-th vs (k+1)-th router logit gap is below this.
+MIN_ROUTER_GAP = 0.1
 
 
 def llama_rope_params(head_dim: int) -> dict:
@@ -216,7 +219,8 @@ def reinit_(model, seed: int) -> None:
     * embeddings: N(0, EMBED_STD)
     * norm weights (incl. qk-norm): 1 + 0.1 * N(0, 1)
     * biases: 0.1 * N(0, 1)
-    * matrices / 3D expert stacks / router: N(0, 1/fan_in), fan_in = last dim
+    * matrices / 3D expert stacks: N(0, 1/fan_in), fan_in = last dim
+    * MoE router (.gate.weight): ROUTER_SCALE * N(0, 1/fan_in)
     Parameters are visited in sorted-name order with a private generator.
     Tied lm_head shares storage with embed_tokens and is not listed separately.
     """
@@ -230,6 +234,10 @@ def reinit_(model, seed: int) -> None:
             val = 1.0 + 0.1 * noise
         elif name.endswith(".bias"):
             val = 0.1 * noise
+        elif name.endswith(".gate.weight"):
+            # MoE router: ROUTER_SCALE x the usual scale, so the top-k choice has
+            # clear logit margins (robust to bf16 compute in the kernel under test).
+            val = ROUTER_SCALE * noise / math.sqrt(shape[-1])
         elif p.dim() >= 2:
             val = noise / math.sqrt(shape[-1])
         else:
@@ -265,6 +273,7 @@ class RoutingCounter:
 
     def __init__(self, model, n_experts: int):
         self.counts = {}
+        self.min_gap = {}
         self.handles = []
         for li, layer in enumerate(model.model.layers):
             gate = getattr(layer.mlp, "gate", None)
@@ -275,8 +284,13 @@ class RoutingCounter:
 
     def _hook(self, li):
         def fn(_mod, _inp, out):
-            idx = out[2]  # (tokens, top_k)
+            logits, idx = out[0], out[2]  # (tokens, E), (tokens, top_k)
             self.counts[li] += np.bincount(idx.reshape(-1).numpy(), minlength=len(self.counts[li]))
+            # Gap between the k-th and (k+1)-th router logit: small gaps would make
+            # expert selection fragile under bf16 compute in the kernel under test.
+            srt = torch.sort(logits.float(), dim=-1, descending=True).values
+            gap = float((srt[:, idx.shape[-1] - 1] - srt[:, idx.shape[-1]]).min())
+            self.min_gap[li] = min(self.min_gap.get(li, math.inf), gap)
 
         return fn
 
@@ -293,8 +307,25 @@ def load_fp32(path: Path):
     return model
 
 
-def make_family(name, cfg_cls, model_cls, kwargs, out_root: Path) -> None:
-    seed = family_seed(name)
+class RoutingTooFragile(Exception):
+    pass
+
+
+def make_family(name, cfg_cls, model_cls, kwargs, out_root: Path, max_attempts: int = 20) -> None:
+    """Generate one family; for MoE, deterministically bump the seed until the
+    router margins are comfortable and every expert is used."""
+    for attempt in range(max_attempts):
+        seed = family_seed(name) + 1000 * attempt
+        try:
+            make_family_once(name, cfg_cls, model_cls, kwargs, out_root, seed)
+            return
+        except RoutingTooFragile as e:
+            print(f"   rejected seed {seed}: {e}; retrying")
+            shutil.rmtree(out_root / f".{name}.tmp", ignore_errors=True)
+    raise SystemExit(f"{name}: no acceptable seed in {max_attempts} attempts")
+
+
+def make_family_once(name, cfg_cls, model_cls, kwargs, out_root: Path, seed: int) -> None:
     torch.manual_seed(seed)
     cfg = cfg_cls(**kwargs)
     cfg._attn_implementation = "eager"
@@ -303,7 +334,10 @@ def make_family(name, cfg_cls, model_cls, kwargs, out_root: Path) -> None:
     reinit_(model, seed)
     assert model.config.model_type == name, (model.config.model_type, name)
 
-    out_dir = out_root / name
+    # Build in a scratch folder; it replaces tests/fixtures/hf/<name> only once
+    # the whole family passed every check (an interrupted run leaves the old one).
+    final_dir = out_root / name
+    out_dir = out_root / f".{name}.tmp"
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
@@ -359,7 +393,7 @@ def make_family(name, cfg_cls, model_cls, kwargs, out_root: Path) -> None:
     # Summary.
     probs = torch.softmax(torch.from_numpy(lp), -1)
     size_kb = sum(f.stat().st_size for f in out_dir.iterdir()) / 1024
-    print(f"== {name} ({type(ref).__name__}) seed={seed} dir={out_dir.relative_to(REPO_ROOT)}")
+    print(f"== {name} ({type(ref).__name__}) seed={seed} dir={final_dir}")
     print(
         f"   params={sum(p.numel() for p in ref.parameters())} files={size_kb:.1f} KiB "
         f"tie_word_embeddings={ref.config.tie_word_embeddings}"
@@ -375,9 +409,18 @@ def make_family(name, cfg_cls, model_cls, kwargs, out_root: Path) -> None:
         print("   " + check_llama3_scaling(ref))
     if counter:
         for li, c in counter.counts.items():
-            print(f"   layer {li} expert routing counts (prefill+2 decodes, top-k slots): {c.tolist()}")
+            print(
+                f"   layer {li} expert routing counts (prefill+2 decodes, top-k slots): {c.tolist()}; "
+                f"min top-k/next router-logit gap={counter.min_gap[li]:.4f}"
+            )
+            if counter.min_gap[li] < MIN_ROUTER_GAP:
+                raise RoutingTooFragile(f"layer {li} router margin {counter.min_gap[li]:.4f} < {MIN_ROUTER_GAP}")
             if (c == 0).any():
-                raise SystemExit(f"{name}: layer {li} router never picks some expert: {c.tolist()}")
+                raise RoutingTooFragile(f"layer {li} router never picks some expert: {c.tolist()}")
+
+    if final_dir.exists():
+        shutil.rmtree(final_dir)
+    out_dir.rename(final_dir)
 
 
 def verify(out_root: Path, only) -> int:
@@ -421,6 +464,7 @@ def main(argv=None) -> int:
     if args.verify:
         return verify(args.out, args.only)
 
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     for name, cfg_cls, model_cls, kwargs in family_specs():
         if args.only and name not in args.only:
