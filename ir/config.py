@@ -64,10 +64,12 @@ class ModelConfig:
     def __post_init__(self):
         with error_context("config"):
             if isinstance(self.moe, dict):
-                object.__setattr__(self, "moe", _from_dict(MoEConfig, self.moe, "moe"))
+                with error_context("moe"):
+                    object.__setattr__(self, "moe", _from_dict(MoEConfig, self.moe, ""))
             if isinstance(self.rope_scaling, dict):
-                object.__setattr__(self, "rope_scaling",
-                                   _from_dict(RopeScaling, self.rope_scaling, "rope_scaling"))
+                with error_context("rope_scaling"):
+                    object.__setattr__(self, "rope_scaling",
+                                       _from_dict(RopeScaling, self.rope_scaling, ""))
             check_positive(self.num_layers, "num_layers")
             check_positive(self.first_k_dense, "first_k_dense", allow_zero=True)
             if self.moe is None and self.first_k_dense:

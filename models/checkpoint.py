@@ -1,0 +1,246 @@
+"""Load a local Hugging Face safetensors checkpoint into IR-named weights.
+
+A checkpoint folder holds ``config.json`` and either ``model.safetensors`` or
+shards listed in ``model.safetensors.index.json``. Every IR weight
+(``Model.params()``) is taken from the HF tensors named in ``NAMES`` for the
+folder's ``model_type``, reshaped by its rule in ``_RULES``: HF linears are
+[out, in] and IR ones [in, out]; MoE experts are stacked to [E, ...]. Experts
+may be stored one tensor per expert or fused (transformers 5.x:
+``experts.gate_up_proj`` [E, 2I, H] with gate first, ``experts.down_proj``
+[E, H, I]; the [in, out] orientation is recognised by shape too, and when both
+orientations have the same shape the 5.x one is assumed). Every weight must be
+found with its shape, and every tensor of the files must be used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import ml_dtypes  # noqa: F401 - registers "bfloat16" with numpy, which safetensors needs
+import numpy as np
+from safetensors import safe_open
+
+from megakernel.errors import ConfigError
+from megakernel.ir.graph import Model
+from megakernel.ir.types import DType, ParamSpec
+
+
+@dataclass(frozen=True)
+class Source:
+    """An HF tensor name (``{e}`` stands for the expert) and its reshape rule."""
+
+    name: str
+    rule: str = "copy"
+
+
+def _attn_mlp() -> dict[str, tuple[Source, ...]]:
+    t = {"input_norm.weight": (Source("input_layernorm.weight"),),
+         "post_norm.weight": (Source("post_attention_layernorm.weight"),),
+         "q_norm.weight": (Source("self_attn.q_norm.weight"),),
+         "k_norm.weight": (Source("self_attn.k_norm.weight"),)}
+    for p in "qkvo":
+        t[f"{p}_proj.weight"] = (Source(f"self_attn.{p}_proj.weight", "T"),)
+        t[f"{p}_proj.bias"] = (Source(f"self_attn.{p}_proj.bias"),)
+    for p in ("gate", "up", "down"):
+        t[f"mlp.{p}"] = (Source(f"mlp.{p}_proj.weight", "T"),)
+    return t
+
+
+def _moe(router: tuple[str, ...], per_expert: dict[str, str],
+         fused: tuple[str, ...]) -> dict[str, tuple[Source, ...]]:
+    """MoE rows: ``per_expert`` maps gate/up/down to one expert's tensor name;
+    ``fused`` are the prefixes under which fused expert tensors may live."""
+    t = {"moe.router": tuple(Source(r, "T") for r in router)}
+    for part, name in per_expert.items():
+        fused_name = "gate_up_proj" if part != "down" else "down_proj"
+        t[f"moe.experts_{part}"] = (Source(name, "experts_T"),) + tuple(
+            Source(f"{f}.{fused_name}", f"fused_{part}") for f in fused)
+    return t
+
+
+_ATTN_MLP = _attn_mlp()
+LAYER_PREFIX = "model.layers.{i}."
+GLOBAL: dict[str, tuple[Source, ...]] = {
+    "embed.weight": (Source("model.embed_tokens.weight"),),
+    "final_norm.weight": (Source("model.norm.weight"),),
+    "lm_head.weight": (Source("lm_head.weight", "T"),),
+}
+# model_type -> IR layer weight suffix -> HF sources (under LAYER_PREFIX), tried in order.
+NAMES: dict[str, dict[str, tuple[Source, ...]]] = {
+    "llama": _ATTN_MLP,
+    "qwen2": _ATTN_MLP,
+    "qwen3": _ATTN_MLP,
+    "qwen3_moe": {**_ATTN_MLP, **_moe(
+        ("mlp.gate.weight",),
+        {p: f"mlp.experts.{{e}}.{p}_proj.weight" for p in ("gate", "up", "down")},
+        ("mlp.experts",))},
+    "mixtral": {**_ATTN_MLP, **_moe(
+        ("block_sparse_moe.gate.weight", "mlp.gate.weight"),
+        {"gate": "block_sparse_moe.experts.{e}.w1.weight",
+         "up": "block_sparse_moe.experts.{e}.w3.weight",
+         "down": "block_sparse_moe.experts.{e}.w2.weight"},
+        ("block_sparse_moe.experts", "mlp.experts"))},
+}
+# Derived buffers some older checkpoints carry; recomputed from the config.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+class _Files:
+    """The tensors of a checkpoint folder, opened lazily, with use tracking."""
+
+    def __init__(self, folder: Path, stack: contextlib.ExitStack):
+        index = folder / "model.safetensors.index.json"
+        if index.exists():
+            weight_map = json.loads(index.read_text())["weight_map"]
+        elif (folder / "model.safetensors").exists():
+            weight_map = None
+        else:
+            raise ConfigError("no model.safetensors or model.safetensors.index.json",
+                              path=str(folder))
+        self.handles = {}
+        files = set(weight_map.values()) if weight_map else {"model.safetensors"}
+        for f in sorted(files):
+            if not (folder / f).exists():
+                raise ConfigError(f"shard {f} listed in the index is missing", path=str(folder))
+            self.handles[f] = stack.enter_context(safe_open(folder / f, framework="np"))
+        self.where = weight_map or {k: "model.safetensors"
+                                    for k in self.handles["model.safetensors"].keys()}
+        self.used: set[str] = set()
+
+    def has(self, name: str) -> bool:
+        return name in self.where
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.handles[self.where[name]].get_slice(name).get_shape())
+
+    def get(self, name: str) -> np.ndarray:
+        self.used.add(name)
+        return self.handles[self.where[name]].get_tensor(name)
+
+
+def _fused_gate_up(files: _Files, name: str, spec: ParamSpec, half: int) -> np.ndarray:
+    e, h, i = spec.shape
+    shape = files.shape(name)
+    if shape == (e, 2 * i, h):          # [E, 2I, H]: 5.x, [out, in] per expert
+        return files.get(name)[:, half * i:(half + 1) * i, :].transpose(0, 2, 1)
+    if shape == (e, h, 2 * i):          # [E, H, 2I]: [in, out] per expert
+        return files.get(name)[:, :, half * i:(half + 1) * i]
+    raise _shape_error(name, shape, f"[E, 2I, H] = {[e, 2 * i, h]} or [E, H, 2I]")
+
+
+def _fused_down(files: _Files, name: str, spec: ParamSpec) -> np.ndarray:
+    e, i, h = spec.shape
+    shape = files.shape(name)
+    if shape == (e, h, i):
+        return files.get(name).transpose(0, 2, 1)
+    if shape == (e, i, h):
+        return files.get(name)
+    raise _shape_error(name, shape, f"[E, H, I] = {[e, h, i]} or [E, I, H]")
+
+
+def _experts(files: _Files, name: str, spec: ParamSpec) -> np.ndarray:
+    out = []
+    for e in range(spec.shape[0]):
+        n = name.format(e=e)
+        if not files.has(n):
+            raise ConfigError(f"expert tensor {n} is missing", path="checkpoint")
+        _expect(files, n, spec.shape[:0:-1])
+        out.append(files.get(n).T)
+    return np.stack(out)
+
+
+def _expect(files: _Files, name: str, shape: tuple[int, ...]) -> None:
+    found = files.shape(name)
+    if found != tuple(shape):
+        raise _shape_error(name, found, list(shape))
+
+
+def _shape_error(name, found, expected) -> ConfigError:
+    return ConfigError(f"{name} has shape {list(found)}, expected {expected}",
+                       path="checkpoint")
+
+
+_RULES = {
+    "copy": lambda f, n, s: (_expect(f, n, s.shape), f.get(n))[1],
+    "T": lambda f, n, s: (_expect(f, n, s.shape[::-1]), f.get(n).T)[1],
+    "experts_T": _experts,
+    "fused_gate": lambda f, n, s: _fused_gate_up(f, n, s, 0),
+    "fused_up": lambda f, n, s: _fused_gate_up(f, n, s, 1),
+    "fused_down": _fused_down,
+}
+
+
+def _sources(model_type: str, weight: str) -> tuple[tuple[Source, ...], int | None]:
+    if weight in GLOBAL:
+        return GLOBAL[weight], None
+    _, i, suffix = weight.split(".", 2)
+    return NAMES[model_type].get(suffix, ()), int(i)
+
+
+def load_checkpoint(path: str | Path, model: Model | None = None, *,
+                    dtype: str | DType | None = None) -> dict[str, np.ndarray]:
+    """IR-named numpy weights of the checkpoint folder ``path``, in
+    ``model.params()`` order, cast to ``dtype`` (default: the model's; weights
+    the IR keeps in float32 stay float32). ``model`` defaults to the folder's
+    config.json imported with ``from_hf``."""
+    from megakernel.models.hf import FAMILIES, from_hf
+
+    folder = Path(path)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"cannot read config.json: {err}", path=str(folder)) from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type not in FAMILIES:
+        raise ConfigError(f"model_type={model_type!r} is not supported; supported: "
+                          f"{sorted(FAMILIES)}", path=str(folder / "config.json"))
+    if model is None:
+        from megakernel.ir.config import build
+
+        model = build(from_hf(folder, dtype=None if dtype is None else DType.parse(dtype).value))
+    target = DType.parse(dtype) if dtype is not None else model.dtype
+    with contextlib.ExitStack() as stack:
+        files = _Files(folder, stack)
+        weights = {}
+        for weight, spec in model.params().items():
+            array = _load_one(files, model_type, weight, spec)
+            keep = spec.dtype if spec.dtype != model.dtype else target
+            weights[weight] = np.asarray(array, dtype=keep.np)
+        _check_leftovers(files, model, weights)
+    return weights
+
+
+def _load_one(files: _Files, model_type: str, weight: str, spec: ParamSpec) -> np.ndarray:
+    sources, layer = _sources(model_type, weight)
+    prefix = "" if layer is None else LAYER_PREFIX.format(i=layer)
+    tried = []
+    for src in sources:
+        name = prefix + src.name
+        probe = name.format(e=0) if "{e}" in name else name
+        tried.append(probe)
+        if files.has(probe):
+            try:
+                return _RULES[src.rule](files, name, spec)
+            except ConfigError as err:
+                raise ConfigError(err.message, path=weight) from None
+    raise ConfigError(f"no tensor for this weight of shape {list(spec.shape)}; looked for "
+                      f"{tried or 'nothing (no HF name known for it)'}", path=weight,
+                      hint="is the checkpoint for this model and model_type?")
+
+
+def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray]) -> None:
+    left = sorted(n for n in set(files.where) - files.used
+                  if not n.endswith(_IGNORED_SUFFIXES))
+    if model.tie_embeddings and "lm_head.weight" in left:
+        # Some tied checkpoints store the head anyway; it must be the embedding.
+        if np.array_equal(files.get("lm_head.weight"), files.get("model.embed_tokens.weight")):
+            left.remove("lm_head.weight")
+    if left:
+        shown = ", ".join(f"{n} {list(files.shape(n))}" for n in left[:20])
+        more = f" and {len(left) - 20} more" if len(left) > 20 else ""
+        raise ConfigError(f"{len(left)} tensors are not used by the model: {shown}{more}",
+                          path="checkpoint", hint="the checkpoint has weights the IR "
+                          "model does not (a different architecture or config?)")

@@ -1,0 +1,68 @@
+"""One entry point from whatever names a model to its layer graph.
+
+``load_model`` accepts, in this order: a zoo name; a JSON file holding a card
+(``megakernel.card/1``), a full graph (``megakernel.ir/1``) or a Hugging Face
+``config.json`` (recognised by ``model_type``); or a folder holding a HF
+``config.json`` (a checkpoint folder). Anything else is an ``IRError`` that
+lists what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from megakernel.errors import IRError
+from megakernel.ir.config import build
+from megakernel.ir.graph import Model
+from megakernel.ir.serialize import CARD_FORMAT, IR_FORMAT, model_from_dict
+from megakernel.ir.types import DType
+from megakernel.models import zoo
+from megakernel.models.cards import card_from_dict
+from megakernel.models.hf import from_hf
+
+
+def _accepted() -> str:
+    return (f"a zoo name ({', '.join(zoo.names())}), a {CARD_FORMAT} or {IR_FORMAT} "
+            "JSON file, a Hugging Face config.json, or a folder holding one")
+
+
+def load_model(source: str | Path, *, dtype: str | None = None) -> Model:
+    """The model named by ``source`` (see the module docstring); ``dtype``, when
+    given, replaces the storage dtype of weights and KV caches."""
+    text = str(source)
+    path = Path(source)
+    if isinstance(source, str) and text in zoo.names():
+        model = zoo.model(text)
+    elif path.is_dir() and (path / "config.json").is_file():
+        model = build(from_hf(path, dtype=dtype))
+    elif path.is_file():
+        model = _from_json_file(path, dtype)
+    else:
+        raise IRError(f"{text!r} is neither a zoo name nor an existing file or folder "
+                      "with a config.json", path="load", hint=f"give {_accepted()}")
+    if dtype is not None:
+        model = dataclasses.replace(model, dtype=DType.parse(dtype))
+    return model
+
+
+def _from_json_file(path: Path, dtype: str | None) -> Model:
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise IRError(f"not a JSON file: {err}", path=str(path),
+                      hint=f"give {_accepted()}") from None
+    if not isinstance(data, dict):
+        raise IRError(f"expected a JSON object, found {type(data).__name__}",
+                      path=str(path), hint=f"give {_accepted()}")
+    if data.get("format") == CARD_FORMAT:
+        return build(card_from_dict(data, source=path.name))
+    if data.get("format") == IR_FORMAT:
+        return model_from_dict(data)
+    if "model_type" in data:
+        # dtype goes in here too: the file's own dtype may be one we only convert from.
+        return build(from_hf(path, dtype=dtype))
+    raise IRError(f"format={data.get('format')!r} and no model_type: not a model "
+                  "description this project reads", path=str(path),
+                  hint=f"give {_accepted()}")
