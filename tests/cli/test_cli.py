@@ -1,0 +1,72 @@
+"""The megakernel command as a user runs it: output, exit codes, no partial files."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megakernel.cli import main
+
+
+def run(*argv, capsys):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_show_prints_stacks_and_parameters(capsys):
+    code, out, _ = run("show", "tiny-moe", capsys=capsys)
+    assert code == 0
+    assert "1-2        moe" in out and "parameters:" in out
+
+
+def test_plan_prints_modeled_time_floor_and_efficiency(capsys):
+    code, out, _ = run("plan", "tiny-moe", "--devices", "2", "--batch", "2", capsys=capsys)
+    assert code == 0
+    low = out.lower()
+    assert "modeled" in low and "floor" in low and "efficiency" in low
+
+
+def test_plan_json_is_the_plan(capsys):
+    import json
+
+    code, out, _ = run("plan", "tiny-dense", "--json", capsys=capsys)
+    assert code == 0
+    assert json.loads(out)["format"] == "megakernel.plan/1"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["show", "no-such-model"], "neither a zoo name"),
+    (["plan", "tiny-moe", "--devices", "3"], "cannot be split evenly over 3"),
+    (["plan", "tiny-moe", "--vmem-budget", "1MiB"], "vmem"),
+])
+def test_bad_input_is_one_paragraph_and_exit_2(argv, needle, capsys):
+    code, out, err = run(*argv, capsys=capsys)
+    assert code == 2
+    assert needle.lower() in err.lower()
+    assert "Traceback" not in err
+
+
+def test_debug_shows_the_traceback():
+    proc = subprocess.run([sys.executable, "-m", "megakernel.cli", "--debug", "show", "nope"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_every_help_ends_with_examples():
+    from megakernel.cli import COMMANDS
+
+    for name in COMMANDS:
+        proc = subprocess.run([sys.executable, "-m", "megakernel.cli", name, "--help"],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0
+        assert proc.stdout.rstrip().splitlines()[-1].strip().startswith("megakernel "), name
+        assert "examples:" in proc.stdout
+
+
+def test_failed_compile_leaves_nothing(tmp_path, capsys):
+    out = tmp_path / "k"
+    code, _, err = run("compile", "tiny-moe", "--devices", "3", "-o", str(out), capsys=capsys)
+    assert code == 2
+    assert not out.exists() and list(tmp_path.iterdir()) == []
