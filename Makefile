@@ -22,8 +22,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/megakernel demo
 
+# pytest exits 5 when a selection collects nothing: say so instead of failing.
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadgroup -q
+	$(PY) -m pytest -n 2 --dist loadgroup -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests collected" >&2; exit 0; fi; exit $$rc
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
