@@ -1,0 +1,233 @@
+"""In-kernel KV-cache write + causal GQA decode attention (called by the megakernel).
+
+Contract (the emitter calls exactly these):
+
+``AttentionGeometry(batch, tokens, rows_padded, q_heads, kv_heads, head_dim,
+kv_tile, max_seq_len, scale, window, cache_dtype)`` - static geometry of one
+attention node on one core (heads LOCAL to the core). Row ``n = b*tokens + t``;
+rows ``>= batch*tokens`` are padding.
+
+``scratch_shapes(g) -> list`` - pltpu scratch, in this order:
+  0 kbuf  VMEM (2, kv_tile, HD) cache dtype   K tile double buffer
+  1 vbuf  VMEM (2, kv_tile, HD) cache dtype   V tile double buffer
+  2 tsem  DMA  (2, 2)                         [k|v, slot]
+  3 win   VMEM (2, W, HD) cache dtype         cache write window, k|v
+  4 wsem  DMA  (2,)                           window read/write, k|v
+  5 q_s   VMEM (kv_heads, G*RP, D) f32        scaled q, group heads stacked in rows
+  6 m_s   VMEM (kv_heads, G*RP, 1) f32        online-softmax running max
+  7 l_s   VMEM (kv_heads, G*RP, 1) f32        running denominator
+  8 acc_s VMEM (kv_heads, G*RP, D) f32        running numerator
+  9 o_s   VMEM (kv_heads, G*RP, D) f32        finished rows of every sequence
+with HD = kv_heads*head_dim, G = q_heads // kv_heads, RP = rows_padded and
+W = window_rows(g).
+
+``attend(g, q, k, v, k_cache, v_cache, layer, start_ref, scratch) -> out`` -
+q [RP, Hq*D] f32 (roped), k/v [RP, HD] f32 values; caches are HBM refs
+[L, batch, max_seq_len, HD]; layer a traced int32; start_ref SMEM [batch] int32.
+Writes new k/v at positions start[b]+t, then attends over cache positions
+j <= start[b]+t (and j > start[b]+t-window), returns [RP, Hq*D] f32 (padding
+rows 0). Every DMA is waited before return, so it can run once per layer in a
+fori_loop. Requires start[b] + tokens <= max_seq_len (the reference clamps).
+
+Why this shape: a DMA into HBM at an unaligned token row is rejected by Mosaic
+(HBM is tiled (8,128) f32 / (16,128) bf16), so the write is a read-modify-write
+of an aligned W-row window (verified in /tmp/proto/p2_kv.py). Queries of all
+sequences are kept as one [G*RP, D] block per kv head and rows of other
+sequences are masked: extra LHS rows are ~free on the MXU at decode sizes and it
+avoids any dynamic sublane slicing. Math is f32 (HIGHEST) like the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+NEG = -1e30          # finite "minus infinity": keeps exp() and max() NaN-free
+HI = jax.lax.Precision.HIGHEST
+
+
+@dataclass(frozen=True)
+class AttentionGeometry:
+    batch: int
+    tokens: int
+    rows_padded: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    kv_tile: int
+    max_seq_len: int
+    scale: float
+    window: int | None
+    cache_dtype: object
+
+    def __post_init__(self):
+        assert self.rows_padded >= self.batch * self.tokens and self.rows_padded % 8 == 0
+        assert self.q_heads % self.kv_heads == 0
+        assert self.max_seq_len % self.kv_tile == 0
+        assert self.window is None or self.window >= 1
+
+    @property
+    def group(self) -> int:
+        return self.q_heads // self.kv_heads
+
+    @property
+    def width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+def row_align(dtype) -> int:
+    """Token rows per HBM tile: 8 for 32-bit, 16 for bf16, 32 for 8-bit."""
+    return max(8, 32 // np.dtype(dtype).itemsize)
+
+
+def window_rows(g: AttentionGeometry) -> int:
+    """Rows of the write window: any T rows starting anywhere fit in an
+    aligned window of round_up(T + align - 1, align) rows. When the sequence
+    length is not tile aligned, the window is the whole sequence (w0 = 0)."""
+    a = row_align(g.cache_dtype)
+    w = -(-(g.tokens + a - 1) // a) * a
+    if g.max_seq_len % a or w >= g.max_seq_len:
+        return g.max_seq_len
+    return w
+
+
+def scratch_shapes(g: AttentionGeometry) -> list:
+    gr, hd, dt = g.group * g.rows_padded, g.width, g.cache_dtype
+    return [
+        pltpu.VMEM((2, g.kv_tile, hd), dt),
+        pltpu.VMEM((2, g.kv_tile, hd), dt),
+        pltpu.SemaphoreType.DMA((2, 2)),
+        pltpu.VMEM((2, window_rows(g), hd), dt),
+        pltpu.SemaphoreType.DMA((2,)),
+        pltpu.VMEM((g.kv_heads, gr, g.head_dim), jnp.float32),
+        pltpu.VMEM((g.kv_heads, gr, 1), jnp.float32),
+        pltpu.VMEM((g.kv_heads, gr, 1), jnp.float32),
+        pltpu.VMEM((g.kv_heads, gr, g.head_dim), jnp.float32),
+        pltpu.VMEM((g.kv_heads, gr, g.head_dim), jnp.float32),
+    ]
+
+
+def _row_of(shape, rows_padded, group):
+    """Token row n of each element of a [group*rows_padded, X] block (stacked
+    heads): concatenated iotas, since vector integer % is best avoided."""
+    one = jax.lax.broadcasted_iota(jnp.int32, (rows_padded, shape[1]), 0)
+    return jnp.concatenate([one] * group, axis=0) if group > 1 else one
+
+
+def _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem):
+    """Read-modify-write the aligned window holding rows pos..pos+T-1 of seq b."""
+    wr = window_rows(g)
+    a = row_align(g.cache_dtype)
+    if wr == g.max_seq_len:
+        w0 = 0
+    else:
+        w0 = pl.multiple_of(jnp.minimum((pos // a) * a, g.max_seq_len - wr), a)
+    caches = (k_cache, v_cache)
+    rd = [pltpu.make_async_copy(c.at[layer, b, pl.ds(w0, wr), :], win.at[j], wsem.at[j])
+          for j, c in enumerate(caches)]
+    for c in rd:
+        c.start()
+    for c in rd:
+        c.wait()
+    wrow = jax.lax.broadcasted_iota(jnp.int32, (wr, g.width), 0)
+    nrow = jax.lax.broadcasted_iota(jnp.int32, (g.rows_padded, g.width), 0)
+    for j, new in enumerate((k, v)):
+        w = win[j].astype(jnp.float32)
+        for t in range(g.tokens):   # T is small; row b*T+t picked by a masked sum (exact)
+            row = jnp.sum(jnp.where(nrow == b * g.tokens + t, new, 0.0), axis=0, keepdims=True)
+            w = jnp.where(wrow == pos - w0 + t, row, w)
+        win[j] = w.astype(win.dtype)
+    wb = [pltpu.make_async_copy(win.at[j], c.at[layer, b, pl.ds(w0, wr), :], wsem.at[j])
+          for j, c in enumerate(caches)]
+    for c in wb:
+        c.start()
+    for c in wb:
+        c.wait()            # the tile reads below must see the new rows
+
+
+def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, scratch):
+    kbuf, vbuf, tsem, win, wsem, q_s, m_s, l_s, acc_s, o_s = scratch
+    D, G, RP, St, T = g.head_dim, g.group, g.rows_padded, g.kv_tile, g.tokens
+    GR = G * RP
+    # Scaled queries, the G heads of kv head h stacked along rows (aligned: RP % 8 == 0).
+    for h in range(g.kv_heads):
+        parts = [q[:, (h * G + j) * D:(h * G + j + 1) * D] for j in range(G)]
+        q_s[h] = (jnp.concatenate(parts, axis=0) if G > 1 else parts[0]) * g.scale
+    o_s[...] = jnp.zeros(o_s.shape, jnp.float32)
+    n_tile = _row_of((GR, St), RP, G)
+    n_out = _row_of((GR, D), RP, G)
+    col = jax.lax.broadcasted_iota(jnp.int32, (GR, St), 1)
+    vrow = jax.lax.broadcasted_iota(jnp.int32, (St, D), 0)
+
+    def tile_copies(b, i, slot):
+        s0 = pl.multiple_of(i * St, St)
+        return (pltpu.make_async_copy(k_cache.at[layer, b, pl.ds(s0, St), :],
+                                      kbuf.at[slot], tsem.at[0, slot]),
+                pltpu.make_async_copy(v_cache.at[layer, b, pl.ds(s0, St), :],
+                                      vbuf.at[slot], tsem.at[1, slot]))
+
+    def seq_body(b, carry):
+        pos = start_ref[b]
+        _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem)
+        n_valid = pos + T
+        hi = (n_valid + St - 1) // St
+        # With a window the earliest visible key is pos - window + 1 (query t = 0).
+        lo = 0 if g.window is None else jnp.maximum(pos - g.window + 1, 0) // St
+        for c in tile_copies(b, lo, lo % 2):
+            c.start()
+        m_s[...] = jnp.full(m_s.shape, NEG, jnp.float32)
+        l_s[...] = jnp.zeros(l_s.shape, jnp.float32)
+        acc_s[...] = jnp.zeros(acc_s.shape, jnp.float32)
+        mine = (n_tile >= b * T) & (n_tile < b * T + T)      # rows of sequence b
+        q_pos = pos + n_tile - b * T
+
+        def tile_body(i, c2):
+            slot = i % 2
+
+            @pl.when(i + 1 < hi)
+            def _():
+                for c in tile_copies(b, i + 1, 1 - slot):
+                    c.start()
+
+            for c in tile_copies(b, i, slot):
+                c.wait()
+            k_pos = i * St + col
+            mask = mine & (k_pos <= q_pos)
+            if g.window is not None:
+                mask = mask & (k_pos > q_pos - g.window)
+            v_ok = (i * St + vrow) < n_valid   # rows past the cache end may hold anything
+            k_all = kbuf[slot].astype(jnp.float32)
+            v_all = vbuf[slot].astype(jnp.float32)
+            for h in range(g.kv_heads):
+                kh = k_all[:, h * D:(h + 1) * D]
+                vh = jnp.where(v_ok, v_all[:, h * D:(h + 1) * D], 0.0)
+                s = jax.lax.dot_general(q_s[h], kh, (((1,), (1,)), ((), ())), precision=HI,
+                                        preferred_element_type=jnp.float32)
+                s = jnp.where(mask, s, NEG)
+                m_old = m_s[h]
+                m_new = jnp.maximum(m_old, jnp.max(s, axis=-1, keepdims=True))
+                alpha = jnp.exp(m_old - m_new)
+                # explicit zero: a row with no visible key in this tile adds nothing
+                p = jnp.where(mask, jnp.exp(s - m_new), 0.0)
+                l_s[h] = alpha * l_s[h] + jnp.sum(p, axis=-1, keepdims=True)
+                acc_s[h] = alpha * acc_s[h] + jnp.dot(p, vh, precision=HI,
+                                                      preferred_element_type=jnp.float32)
+                m_s[h] = m_new
+            return c2
+
+        jax.lax.fori_loop(lo, hi, tile_body, 0)
+        rows_b = (n_out >= b * T) & (n_out < b * T + T)
+        for h in range(g.kv_heads):
+            l = l_s[h]
+            safe = jnp.where(l > 0, l, 1.0)     # other sequences' rows have l == 0
+            o_s[h] = jnp.where(rows_b, acc_s[h] / safe, o_s[h])
+        return carry
+
+    jax.lax.fori_loop(0, g.batch, seq_body, 0)
+    outs = [o_s[h][j * RP:(j + 1) * RP] for h in range(g.kv_heads) for j in range(G)]
+    return jnp.concatenate(outs, axis=1) if len(outs) > 1 else outs[0]

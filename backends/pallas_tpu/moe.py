@@ -1,0 +1,211 @@
+"""In-kernel routed MoE: router, sort-free top-k, data-dependent expert DMAs.
+
+Contract (the emitter calls exactly these):
+
+``MoEGeometry(rows, rows_padded, hidden, num_experts, experts_local, inter_local,
+top_k, scoring, correction_bias, renormalize, routed_scaling, activation, slots,
+dtype, chunk=0)`` - one MoE node on one core. ``chunk`` (0 = inter_local)
+splits each expert's intermediate into ``inter_local // chunk`` slices, as
+``ExpertStream.chunk/chunks`` plans when a whole expert does not fit a slot.
+
+``scratch_shapes(g) -> list`` - pltpu scratch, in this order:
+  0 used_v  VMEM (8, E) int32          row 0: 1 where any valid row picked expert e
+  1 used_s  SMEM (8, E) int32          the same, readable as scalars
+  2 uniq_s  SMEM (experts_local,) i32  compact list of picked local experts
+  3 gate_b  VMEM (slots, hidden, chunk) dtype
+  4 up_b    VMEM (slots, hidden, chunk) dtype
+  5 down_b  VMEM (slots, chunk, hidden) dtype
+  6 sems    DMA (3, slots)             [gate|up|down, slot]
+  7 isem    DMA (1,)                   used_v -> used_s
+(E = num_experts.)
+
+``moe_routed(g, x, router, router_bias, experts_gate, experts_up, experts_down,
+layer, expert_offset, scratch) -> partial [rows_padded, hidden] f32`` - x value
+[RP, hidden] f32; router value [hidden, E] (weights dtype); router_bias value
+[1, E] f32 or None; experts_* HBM refs [L, experts_local, ...]; layer traced
+int32; expert_offset = global id of local expert 0 (EP) or 0 (TP). Returns the
+sum over this core's selected experts of weight * expert(x) for valid rows and
+0 for padding rows; summing partials over cores gives the routed output.
+
+Why: the router and top-k run in vregs (k rounds of row max + lowest index
+attaining it, which is lax.top_k's tie rule; no sort primitive on Mosaic).
+The union of picked experts goes VMEM -> SMEM by DMA (the only way a vector
+value becomes a DMA index, verified in /tmp/proto/p3_moe.py); each picked
+local expert is fetched once per call and applied to all rows (extra LHS rows
+are ~free on the MXU), with weight 0 for rows that did not pick it. (expert,
+chunk) items stream through ``slots`` buffers, lookahead slots-1; the next
+layer's experts are unknown until its router runs, so nothing crosses calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+HI = jax.lax.Precision.HIGHEST
+
+
+@dataclass(frozen=True)
+class MoEGeometry:
+    rows: int
+    rows_padded: int
+    hidden: int
+    num_experts: int
+    experts_local: int
+    inter_local: int
+    top_k: int
+    scoring: str
+    correction_bias: bool
+    renormalize: bool
+    routed_scaling: float
+    activation: str
+    slots: int
+    dtype: object
+    chunk: int = 0
+
+    def __post_init__(self):
+        if self.chunk == 0:
+            object.__setattr__(self, "chunk", self.inter_local)
+        assert self.inter_local % self.chunk == 0
+        assert 1 <= self.top_k <= self.num_experts and self.slots >= 1
+        assert self.experts_local <= self.num_experts
+        assert self.rows <= self.rows_padded and self.rows_padded % 8 == 0
+        assert self.scoring in ("softmax", "sigmoid")
+        assert self.activation in ("silu", "gelu", "gelu_tanh")
+
+    @property
+    def chunks(self) -> int:
+        return self.inter_local // self.chunk
+
+
+def scratch_shapes(g: MoEGeometry) -> list:
+    return [
+        pltpu.VMEM((8, g.num_experts), jnp.int32),
+        pltpu.SMEM((8, g.num_experts), jnp.int32),
+        pltpu.SMEM((g.experts_local,), jnp.int32),
+        pltpu.VMEM((g.slots, g.hidden, g.chunk), g.dtype),
+        pltpu.VMEM((g.slots, g.hidden, g.chunk), g.dtype),
+        pltpu.VMEM((g.slots, g.chunk, g.hidden), g.dtype),
+        pltpu.SemaphoreType.DMA((3, g.slots)),
+        pltpu.SemaphoreType.DMA((1,)),
+    ]
+
+
+def _act(kind, x):
+    if kind == "silu":
+        return jax.nn.silu(x)
+    if kind == "gelu_tanh":
+        return jax.nn.gelu(x, approximate=True)
+    # jax.nn.gelu(approximate=False) uses erfc, which Mosaic cannot lower; erf can.
+    return 0.5 * x * (1.0 + jax.lax.erf(x * (2.0 ** -0.5)))
+
+
+def _matmul(x, w):
+    """As the reference: x in w's dtype, f32 accumulation. HIGHEST only for f32
+    operands (Mosaic rejects an fp32-precision contract on bf16; bf16 is exact anyway)."""
+    prec = HI if w.dtype == jnp.float32 else None
+    return jnp.dot(x.astype(w.dtype), w, precision=prec, preferred_element_type=jnp.float32)
+
+
+def route(g: MoEGeometry, x, router, router_bias):
+    """combine [RP, E] f32: row n's weight for global expert e (0 if not picked
+    or a padding row), and used [1, E] int32: picked by any valid row."""
+    logits = _matmul(x, router)                                   # [RP, E]
+    if g.scoring == "softmax":
+        m = jnp.max(logits, axis=-1, keepdims=True)
+        ex = jnp.exp(logits - m)
+        scores = ex / jnp.sum(ex, axis=-1, keepdims=True)
+    else:
+        scores = jax.nn.sigmoid(logits)
+    select = scores + router_bias if g.correction_bias else scores
+    E = g.num_experts
+    lane = jax.lax.broadcasted_iota(jnp.int32, select.shape, 1)
+    valid = jax.lax.broadcasted_iota(jnp.int32, select.shape, 0) < g.rows
+    picked = jnp.zeros(select.shape, jnp.bool_)
+    cur = select
+    for _ in range(g.top_k):
+        top = jnp.max(cur, axis=-1, keepdims=True)
+        idx = jnp.min(jnp.where(cur == top, lane, E), axis=-1, keepdims=True)
+        hit = lane == idx
+        picked = picked | hit
+        cur = jnp.where(hit, -jnp.inf, cur)
+    picked = picked & valid
+    w = jnp.where(picked, scores, 0.0)
+    if g.renormalize:
+        tot = jnp.sum(w, axis=-1, keepdims=True)
+        w = w / jnp.where(tot > 0, tot, 1.0)     # padding rows have tot == 0
+    w = w * g.routed_scaling
+    used = jnp.max(picked.astype(jnp.int32), axis=0, keepdims=True)
+    return w, used
+
+
+def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
+               experts_down, layer, expert_offset, scratch):
+    used_v, used_s, uniq_s, gate_b, up_b, down_b, sems, isem = scratch
+    K, C, nc = g.slots, g.chunk, g.chunks
+    combine, used = route(g, x, router, router_bias)
+    used_v[...] = jnp.broadcast_to(used, used_v.shape)
+    cp = pltpu.make_async_copy(used_v, used_s, isem.at[0])
+    cp.start()
+    cp.wait()
+
+    # Compact list of this core's picked experts, ascending local id.
+    def collect(e, n):
+        hit = used_s[0, expert_offset + e] > 0
+
+        @pl.when(hit)
+        def _():
+            uniq_s[n] = e
+
+        return n + hit.astype(jnp.int32)
+
+    n_items = jax.lax.fori_loop(0, g.experts_local, collect, jnp.int32(0)) * nc
+
+    def copies(q):
+        """DMAs of item q = (expert uniq[q // nc], chunk q % nc) into slot q % K."""
+        e = uniq_s[q // nc] if nc > 1 else uniq_s[q]
+        slot = q % K
+        if nc == 1:
+            src = (experts_gate.at[layer, e], experts_up.at[layer, e],
+                   experts_down.at[layer, e])
+        else:
+            c0 = pl.multiple_of((q % nc) * C, C)
+            src = (experts_gate.at[layer, e, :, pl.ds(c0, C)],
+                   experts_up.at[layer, e, :, pl.ds(c0, C)],
+                   experts_down.at[layer, e, pl.ds(c0, C), :])
+        dst = (gate_b.at[slot], up_b.at[slot], down_b.at[slot])
+        return [pltpu.make_async_copy(s, d, sems.at[j, slot])
+                for j, (s, d) in enumerate(zip(src, dst))]
+
+    for j in range(K - 1):
+        @pl.when(j < n_items)
+        def _():
+            for c in copies(j):
+                c.start()
+
+    xw = x.astype(g.dtype)
+    lane = jax.lax.broadcasted_iota(jnp.int32, combine.shape, 1)
+
+    def item(q, acc):
+        @pl.when(q + K - 1 < n_items)
+        def _():
+            # slot (q-1) % K was consumed by the previous iteration
+            for c in copies(q + K - 1):
+                c.start()
+
+        for c in copies(q):
+            c.wait()
+        slot = q % K
+        e = (uniq_s[q // nc] if nc > 1 else uniq_s[q]) + expert_offset
+        wgt = jnp.sum(jnp.where(lane == e, combine, 0.0), axis=-1, keepdims=True)  # [RP, 1]
+        h = _act(g.activation, _matmul(xw, gate_b[slot])) * _matmul(xw, up_b[slot])
+        y = _matmul(h, down_b[slot])
+        return acc + wgt * y
+
+    acc = jax.lax.fori_loop(0, n_items, item, jnp.zeros((g.rows_padded, g.hidden), jnp.float32))
+    rows = jax.lax.broadcasted_iota(jnp.int32, acc.shape, 0)
+    return jnp.where(rows < g.rows, acc, 0.0)

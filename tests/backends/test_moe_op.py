@@ -1,0 +1,167 @@
+"""moe.moe_routed in a minimal grid-less pallas_call vs models.reference.moe.
+
+Each simulated core (expert parallel: a slice of the experts at an offset;
+tensor parallel: a slice of every expert's intermediate) runs its own kernel in
+strict interpret mode; the partials summed over cores must equal the reference.
+Padding rows of x are NaN: they must neither route nor leak. One TPU7x AOT compile.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from megakernel.backends.pallas_tpu import moe as M
+from megakernel.ir.ops import MoE
+from megakernel.models import reference as R
+
+
+@pytest.fixture(autouse=True)
+def _fresh_interpreter():
+    # a failed interpret-mode kernel leaves simulator state behind
+    yield
+    pltpu.reset_tpu_interpret_mode_state()
+
+
+def interpret():
+    return pltpu.InterpretParams(detect_races=True, out_of_bounds_reads="raise",
+                                 uninitialized_memory="nan", vector_clock_size=64)
+
+
+def races_found():
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+    return bool(ipc.races is not None and ipc.races.races_found)
+
+
+def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
+    """Kernel: `loop` consecutive layers from layer_ref[0]; expert offset from
+    SMEM (traced) unless static_offset is given. out [loop, RP, hidden]."""
+
+    def kernel(layer_ref, off_ref, x_ref, r_ref, b_ref, wg, wu, wd, o_ref, *scr):
+        off = off_ref[0] if static_offset is None else static_offset
+
+        def body(i, c):
+            bias = b_ref[...] if g.correction_bias else None
+            o_ref[i] = M.moe_routed(g, x_ref[i], r_ref[...], bias, wg, wu, wd,
+                                    layer_ref[0] + i, off, list(scr))
+            return c
+
+        jax.lax.fori_loop(0, loop, body, 0)
+
+    smem = pl.BlockSpec(memory_space=pltpu.SMEM)
+    vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
+    hbm = pl.BlockSpec(memory_space=pl.ANY)
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((loop, g.rows_padded, g.hidden), jnp.float32),
+        in_specs=[smem, smem, vmem, vmem, vmem, hbm, hbm, hbm],
+        out_specs=vmem,
+        scratch_shapes=M.scratch_shapes(g),
+        interpret=interp,
+    )
+
+
+def run_case(rows, experts, top_k, scoring, bias, renorm, slots, ep, tp, chunks,
+             activation="silu", dtype=jnp.float32, scaling=1.0, hidden=128, inter=256,
+             layer=1, layers=2, loop=1, static=False, tie=False, seed=0):
+    rng = np.random.default_rng(seed)
+    rp = -(-rows // 8) * 8
+    op = MoE(hidden, experts, top_k, inter, scoring=scoring, correction_bias=bias,
+             renormalize=renorm, routed_scaling=scaling, activation=activation)
+    norm = lambda shape, s: (rng.standard_normal(shape) * s).astype(np.float32)
+    router = jnp.asarray(norm((hidden, experts), 1.0), dtype)
+    rbias = norm((experts,), 0.3)
+    if tie:   # equal router columns 2i, 2i+1 (and bias): top-k ties -> lowest index
+        router = router.at[:, 1::2].set(router[:, 0::2])
+        rbias[1::2] = rbias[0::2]
+    wg = jnp.asarray(norm((layers, experts, hidden, inter), hidden ** -0.5), dtype)
+    wu = jnp.asarray(norm((layers, experts, hidden, inter), hidden ** -0.5), dtype)
+    wd = jnp.asarray(norm((layers, experts, inter, hidden), inter ** -0.5), dtype)
+    x = norm((loop, rp, hidden), 1.0)
+    x[:, rows:] = np.nan
+
+    el, il = experts // ep, inter // tp
+    g = M.MoEGeometry(rows, rp, hidden, experts, el, il, top_k, scoring, bias, renorm,
+                      scaling, activation, slots, dtype, chunk=il // chunks)
+    total = 0.0
+    for c in range(ep * tp):
+        e0, i0 = (c // tp) * el, (c % tp) * il
+        offset = e0 if static else None
+        f = jax.jit(build(g, layers, loop, interpret(), static_offset=offset))
+        part = f(jnp.asarray([layer], jnp.int32), jnp.asarray([e0], jnp.int32), x, router,
+                 jnp.asarray(rbias[None]), wg[:, e0:e0 + el, :, i0:i0 + il],
+                 wu[:, e0:e0 + el, :, i0:i0 + il], wd[:, e0:e0 + el, i0:i0 + il])
+        part = np.asarray(part)
+        assert not races_found()
+        assert np.all(part[:, rows:] == 0)
+        total = total + part
+    for i in range(loop):
+        l = layer + i
+        p = {"router": router, "router_bias": jnp.asarray(rbias), "experts_gate": wg[l],
+             "experts_up": wu[l], "experts_down": wd[l]}
+        want = np.asarray(R.moe(op, p, jnp.asarray(x[i, :rows])))
+        scale = max(1.0, float(np.max(np.abs(want))))
+        # bf16: h is rounded to bf16 before `down`, and a 1-ulp f32 difference
+        # (other summation order) can flip that rounding; a wrong expert is O(1).
+        tol = 2e-5 if dtype == jnp.float32 else 1e-3
+        np.testing.assert_allclose(total[i, :rows], want, atol=tol * scale, rtol=tol)
+
+
+@pytest.mark.parametrize("case", [
+    # rows, experts, top_k, scoring, bias, renorm, slots, ep, tp, chunks
+    (3, 8, 2, "softmax", False, True, 2, 1, 1, 1),
+    (8, 16, 4, "sigmoid", True, True, 3, 2, 1, 2),          # rows*k > experts > slots
+    (1, 4, 1, "softmax", False, False, 1, 1, 2, 1),         # single slot, tensor parallel
+    (5, 4, 4, "sigmoid", False, False, 4, 1, 1, 2),         # k = E: every expert
+])
+def test_moe_cases(case):
+    run_case(*case)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_moe_ties_pick_lowest_index(bias):
+    run_case(4, 8, 3, "softmax", bias, False, 2, 2, 1, 1, tie=True)
+
+
+def test_moe_bf16_layer_loop_static_offset():
+    run_case(6, 8, 2, "sigmoid", True, True, 2, 2, 1, 1, activation="gelu_tanh",
+             dtype=jnp.bfloat16, scaling=2.5, layer=0, loop=2, static=True)
+
+
+@settings(max_examples=5)
+@given(st.integers(1, 12), st.sampled_from([4, 8, 16]), st.integers(1, 4),
+       st.sampled_from(["softmax", "sigmoid"]), st.booleans(), st.booleans(),
+       st.integers(1, 4), st.sampled_from([(1, 1), (2, 1), (4, 1), (1, 2)]),
+       st.sampled_from([1, 2]), st.sampled_from(["silu", "gelu", "gelu_tanh"]),
+       st.sampled_from([jnp.float32, jnp.bfloat16]), st.integers(0, 9))
+def test_moe_matches_reference(rows, experts, top_k, scoring, bias, renorm, slots, split,
+                               chunks, activation, dtype, seed):
+    ep, tp = split
+    run_case(rows, experts, min(top_k, experts), scoring, bias, renorm, slots, ep, tp,
+             chunks if tp == 1 else 1, activation=activation, dtype=dtype,
+             scaling=1.0 + seed % 3, seed=seed)
+
+
+@pytest.mark.aot
+def test_moe_compiles_for_tpu7x():
+    pytest.importorskip("libtpu")
+    from jax.experimental import topologies
+
+    topo = topologies.get_topology_desc(topology_name="tpu7x:2x2x1", platform="tpu")
+    mesh = jax.sharding.Mesh(topo.devices, ("x",))
+    sh = jax.sharding.SingleDeviceSharding(topo.devices[0])
+    H, E, EL, I, dt = 1024, 16, 8, 512, jnp.bfloat16
+    for chunk, static in ((I, None), (256, 8)):
+        g = M.MoEGeometry(5, 8, H, E, EL, I, 4, "sigmoid", True, True, 2.5, "gelu",
+                          3, dt, chunk=chunk)
+        f = build(g, 4, 2, False, static_offset=static)
+        sds = [jax.ShapeDtypeStruct(s, d, sharding=sh) for s, d in (
+            ((1,), jnp.int32), ((1,), jnp.int32), ((2, 8, H), jnp.float32), ((H, E), dt),
+            ((1, E), jnp.float32), ((4, EL, H, I), dt), ((4, EL, H, I), dt),
+            ((4, EL, I, H), dt))]
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            jax.jit(f).trace(*sds).lower().compile()
