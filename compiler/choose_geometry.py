@@ -1,0 +1,186 @@
+"""Choose the ring geometry: bank size and count, expert slots, KV tile.
+
+After ``choose_geometry``: the returned geometry fits the VMEM budget and has
+the lowest modeled step time found by a coordinate search (expert slots and
+slices, then KV tile, then bank size x bank count, twice); among geometries
+within 0.1% of the best time the one using less VMEM wins, leaving headroom.
+A field set in the overrides is held fixed. No feasible geometry raises a
+PlanningError that names the fixed buffers and the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from megakernel.compiler import cost
+from megakernel.compiler.layout import mib
+from megakernel.compiler.plan_memory import Geometry, kv_tile_options, plan_memory
+from megakernel.compiler.schedule_collectives import schedule_collectives
+from megakernel.compiler.tile_weights import chunk_options
+from megakernel.errors import PlanningError
+
+KiB, MiB = 2**10, 2**20
+BANK_OPTIONS = (128 * KiB, 256 * KiB, 512 * KiB, MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB)
+BANK_COUNTS = (128, 96, 64, 48, 40, 32, 24, 20, 16, 12, 10, 8, 6, 4, 3, 2)
+SLOT_COUNTS = (2, 3, 4, 6, 8)
+TOLERANCE = 1e-3
+
+
+@dataclasses.dataclass
+class _Search:
+    model: object
+    shard: object
+    target: object
+    request: object
+    specs: tuple
+    seen: dict = dataclasses.field(default_factory=dict)
+    fixed: dict = dataclasses.field(default_factory=dict)
+
+    def fixed_vmem(self, g: Geometry) -> int:
+        """VMEM of everything but the ring (it does not depend on the ring)."""
+        key = (g.expert_slots, g.slot_chunks, g.kv_tile)
+        if key not in self.fixed:
+            probe = dataclasses.replace(g, bank_bytes=max(BANK_OPTIONS), num_banks=2)
+            memory = plan_memory(self.model, self.shard, self.target, self.request, probe,
+                                 self.specs, check=False)
+            self.fixed[key] = memory.vmem_total - 2 * probe.bank_bytes
+        return self.fixed[key]
+
+    def fits(self, g: Geometry) -> bool:
+        return self.fixed_vmem(g) + g.num_banks * g.bank_bytes <= self.target.vmem_budget
+
+    def evaluate(self, g: Geometry):
+        """(step ms, vmem bytes, memory plan) or None when infeasible."""
+        if g in self.seen:
+            return self.seen[g]
+        if not self.fits(g):
+            self.seen[g] = None
+            return None
+        try:
+            memory = plan_memory(self.model, self.shard, self.target, self.request, g, self.specs)
+        except PlanningError as err:
+            if err.path not in ("plan.vmem", "plan.ring"):
+                raise                      # HBM or SMEM: no geometry can fix it
+            self.seen[g] = None
+            return None
+        plan = schedule_collectives(self.shard, memory, self.specs)
+        report = cost.estimate(self.model, self.shard, memory, plan, self.target, self.request,
+                               timeline=False)
+        self.seen[g] = (report.step_ms, memory.vmem_total, memory)
+        return self.seen[g]
+
+
+def _better(a, b) -> bool:
+    if b is None:
+        return a is not None
+    if a is None:
+        return False
+    return a[0] < b[0] * (1 - TOLERANCE) or (a[0] <= b[0] * (1 + TOLERANCE) and a[1] < b[1])
+
+
+def _options(shard, model, overrides):
+    o = overrides
+    widths = [w for st in shard.stacks for (*_, w) in st.experts]
+    has_moe = bool(widths)
+    return dict(
+        bank_bytes=(o.bank_bytes,) if o.bank_bytes else BANK_OPTIONS,
+        num_banks=(o.num_banks,) if o.num_banks else BANK_COUNTS,
+        expert_slots=(o.expert_slots,) if o.expert_slots else (SLOT_COUNTS if has_moe else (1,)),
+        slot_chunks=(o.slot_chunks,) if o.slot_chunks else (
+            tuple(chunk_options(min(widths))) if has_moe else (1,)),
+        kv_tile=(o.kv_tile,) if o.kv_tile else tuple(kv_tile_options(model)),
+    )
+
+
+def _start(opts) -> Geometry:
+    def near(values, want):
+        return min(values, key=lambda v: (abs(v - want), v))
+    return Geometry(near(opts["bank_bytes"], 2 * MiB), near(opts["num_banks"], 12),
+                    near(opts["expert_slots"], 4), max(opts["slot_chunks"]),
+                    near(opts["kv_tile"], 256))
+
+
+def _ring_pass(search: _Search, opts, best_g, best):
+    """Per bank size: the largest feasible bank count, then (the modeled time
+    does not grow with the count) a bisection for the fewest banks within the
+    tolerance of it."""
+    for bank in opts["bank_bytes"]:
+        counts = sorted(opts["num_banks"])
+        feasible = [n for n in counts
+                    if search.fits(dataclasses.replace(best_g, bank_bytes=bank, num_banks=n))]
+        if not feasible:
+            continue
+        top = search.evaluate(dataclasses.replace(best_g, bank_bytes=bank, num_banks=feasible[-1]))
+        if top is None:
+            continue
+        lo, hi = 0, len(feasible) - 1          # feasible[hi] is within tolerance
+        while lo < hi:
+            mid = (lo + hi) // 2
+            r = search.evaluate(dataclasses.replace(best_g, bank_bytes=bank,
+                                                    num_banks=feasible[mid]))
+            if r is not None and r[0] <= top[0] * (1 + TOLERANCE):
+                hi = mid
+            else:
+                lo = mid + 1
+        g = dataclasses.replace(best_g, bank_bytes=bank, num_banks=feasible[hi])
+        r = search.evaluate(g)
+        if _better(r, best):
+            best_g, best = g, r
+    return best_g, best
+
+
+def _field_pass(search: _Search, opts, names, best_g, best):
+    import itertools
+
+    for values in itertools.product(*(opts[n] for n in names)):
+        g = dataclasses.replace(best_g, **dict(zip(names, values)))
+        r = search.evaluate(g)
+        if r is None:                      # shrink the ring until it fits
+            for count in sorted(opts["num_banks"], reverse=True):
+                if count < g.num_banks:
+                    r = search.evaluate(dataclasses.replace(g, num_banks=count))
+                    if r is not None:
+                        g = dataclasses.replace(g, num_banks=count)
+                        break
+        if _better(r, best):
+            best_g, best = g, r
+    return best_g, best
+
+
+def choose_geometry(model, shard, target, request, specs, *, rounds: int = 2,
+                    cache: dict | None = None):
+    """(geometry, memory plan) with the lowest modeled step time. ``cache`` (a
+    dict kept by the caller) lets a later, longer search reuse evaluations."""
+    search = _Search(model, shard, target, request, specs)
+    if cache is not None:
+        search.seen = cache.setdefault("seen", {})
+        search.fixed = cache.setdefault("fixed", {})
+    opts = _options(shard, model, request.overrides)
+    best_g = _start(opts)
+    best = search.evaluate(best_g)
+    if best is None:
+        best_g, best = _field_pass(search, opts, ("expert_slots", "slot_chunks"), best_g, best)
+    for _ in range(rounds):
+        best_g, best = _ring_pass(search, opts, best_g, best)
+        best_g, best = _field_pass(search, opts, ("expert_slots", "slot_chunks"), best_g, best)
+        best_g, best = _field_pass(search, opts, ("kv_tile",), best_g, best)
+    if best is None:
+        _raise_infeasible(model, shard, target, request, specs, opts)
+    return best_g, best[2]
+
+
+def _raise_infeasible(model, shard, target, request, specs, opts):
+    smallest = Geometry(min(opts["bank_bytes"]), 2, min(opts["expert_slots"]),
+                        max(opts["slot_chunks"]), min(opts["kv_tile"]))
+    memory = plan_memory(model, shard, target, request, smallest, specs, check=False)
+    ring = smallest.num_banks * smallest.bank_bytes
+    fixed = memory.vmem_total - ring
+    big = sorted((b for b in memory.buffers if b.space.value == "vmem" and b.name != "ring.banks"),
+                 key=lambda b: -b.nbytes)[:3]
+    listing = ", ".join(f"{b.name} {mib(b.nbytes)}" for b in big)
+    raise PlanningError(
+        f"VMEM budget {mib(target.vmem_budget)} is too small for any ring: the smallest "
+        f"(2 banks x {smallest.bank_bytes // KiB} KiB = {mib(ring)}) plus the other buffers "
+        f"({mib(fixed)}; largest: {listing}) needs {mib(memory.vmem_total)}",
+        path="plan.ring",
+        hint="lower vmem_reserve, batch or tokens per step, or use more TensorCores")

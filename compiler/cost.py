@@ -1,0 +1,255 @@
+"""Model the step time of a plan (a model, labelled as one wherever it is shown).
+
+After ``estimate``: every phase of the step (each node and all-reduce of each
+stack's layer, the prologue and the head) has modeled HBM, MXU, collective and
+overhead times, and the step has a modeled time, tokens/s per user, the HBM
+floor (bytes read per core / per-core peak bandwidth) and efficiency = floor /
+modeled. Per phase:
+
+    time = max(HBM bytes / bandwidth, MXU FLOPs / rate + overheads)
+           + collective time + exposed latency
+
+refined by the ring: while the compute side waits (a collective, an expert
+fetch after routing) or outruns nothing (compute-bound phases), the weight
+ring keeps streaming up to its capacity, and later phases find those tiles
+already resident ("credit"). A stack is walked until the carried credit is
+steady, so one layer stands for all of the stack's layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megakernel.compiler.layout import itemsize
+from megakernel.compiler.request import PlanRequest
+from megakernel.compiler.schedule_collectives import CollectivePlan
+from megakernel.compiler.shard import ShardPlan
+from megakernel.compiler.target import Target
+from megakernel.ir.graph import Model
+from megakernel.ir.ops import MLP, Attention, Linear, MoE
+
+LABEL = "modeled (cost model, not a measurement)"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase as the cost model sees it (per occurrence)."""
+
+    name: str
+    stack: int | None
+    per_step: int
+    ring_bytes: int = 0
+    other_bytes: int = 0       # KV tiles, expert slices, vectors, gathers, writes
+    floor_bytes: int = 0       # bytes the HBM floor counts (valid data only)
+    flops: float = 0.0
+    tiles: int = 0
+    outstanding: int = 1       # DMAs in flight (bandwidth share)
+    overhead_s: float = 0.0
+    stall_s: float = 0.0       # collective or latency the compute side waits out
+    kind: str = "compute"      # compute | collective | stall
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    name: str
+    stack: int | None
+    per_step: int
+    kind: str
+    hbm_bytes: int
+    hbm_s: float
+    mxu_s: float
+    overhead_s: float
+    stall_s: float
+    prefetched_s: float        # HBM time already done ahead by the ring (credit used)
+    time_s: float              # steady-state time of one occurrence
+
+
+@dataclass(frozen=True)
+class Event:
+    lane: str                  # dma | compute | collective | stall
+    label: str
+    start_us: float
+    end_us: float
+
+
+@dataclass(frozen=True)
+class CostReport:
+    label: str
+    step_ms: float
+    tokens_per_s_per_user: float
+    floor_ms: float
+    efficiency: float
+    hbm_bytes_per_core: int
+    floor_bytes_per_core: int
+    phases: tuple[PhaseCost, ...]
+    timeline: tuple[Event, ...]
+
+
+def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
+            target: Target, request: PlanRequest):
+    """(prologue phases, per-stack layer phases, head phases)."""
+    c = target.constants
+    rate = target.bf16_flops / (c.f32_matmul_slowdown if model.dtype.value == "float32" else 1)
+    rows_eff = max(memory.rows_padded, c.mxu_push_rows)
+    ring = memory.stream.num_banks
+    item = itemsize(model.dtype)
+    ar = {s.name: s for s in collectives.sites}
+    seconds = {s.name: s.seconds for s in collectives.specs}
+    embed_bytes = request.rows * model.hidden_size * item
+    pre = [Phase("prologue", None, 1, kind="stall", stall_s=c.kernel_launch_s + c.dma_latency_s),
+           Phase("embed", None, 1, other_bytes=embed_bytes, floor_bytes=embed_bytes,
+                 overhead_s=c.op_overhead_s, stall_s=c.dma_latency_s, outstanding=ring)]
+    if "embed.allreduce" in ar:
+        pre.append(Phase("allreduce.embed", None, 1, kind="collective",
+                         stall_s=seconds["allreduce"] + c.op_overhead_s))
+    stacks = []
+    for st, ss, stream in zip(model.stacks, shard.stacks, memory.stream.stacks):
+        tiles = {n.node: n for n in stream.node_tiles}
+        vec = sum(p.nbytes for p in ss.params if p.channel == "vector")
+        out = []
+        for i, node in enumerate(st.layer.nodes):
+            name = f"s{ss.stack}.{node.name}"
+            mine = tiles.get(node.name)
+            rb, n_tiles = (mine.nbytes, mine.count) if mine else (0, 0)
+            flops = 2.0 * rows_eff * (mine.elements if mine else 0)
+            other = vec if i == 0 else 0
+            ph = dict(ring_bytes=rb, other_bytes=other, floor_bytes=rb + other, flops=flops,
+                      tiles=n_tiles, outstanding=ring,
+                      overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
+            if isinstance(node.op, Attention):
+                kv = next(k for k in memory.kv if k.stack == ss.stack and k.node == node.name)
+                _, q_l, kv_l, _ = next(h for h in ss.heads if h[0] == node.name)
+                group = max(request.tokens * q_l // kv_l, 1)
+                n_tiles = request.batch * kv.tiles_per_seq
+                ph.update(other_bytes=other + kv.bytes_per_layer,
+                          floor_bytes=rb + other + kv.valid_bytes_per_layer,
+                          flops=4.0 * kv_l * n_tiles * max(group, c.mxu_push_rows)
+                          * kv.kv_tile * node.op.head_dim,
+                          outstanding=ring + 2,
+                          overhead_s=2 * n_tiles * c.tile_overhead_s + c.op_overhead_s)
+            elif isinstance(node.op, MoE):
+                e = next(x for x in memory.experts if x.stack == ss.stack and x.node == node.name)
+                fetches = e.max_distinct * e.chunks
+                bw = _bw(target, ring + e.slots)
+                ph.update(other_bytes=other + e.bytes_per_layer,
+                          floor_bytes=rb + other + e.bytes_per_layer,
+                          flops=flops + 2.0 * rows_eff * fetches * 3 * e.hidden * e.chunk,
+                          outstanding=ring + e.slots,
+                          overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
+                          stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")
+            elif not isinstance(node.op, (Linear, MLP)):
+                ph.update(overhead_s=c.op_overhead_s)
+            out.append(Phase(name, ss.stack, ss.count, **ph))
+            for red in ss.reductions:
+                if red.producer == node.name:
+                    out.append(Phase(f"s{ss.stack}.allreduce.{red.tensor}", ss.stack, ss.count,
+                                     kind="collective",
+                                     stall_s=seconds["allreduce"] + c.op_overhead_s))
+        stacks.append(out)
+    head_tiles = memory.stream.head
+    hb = memory.stream.head_bytes
+    fn = model.hidden_size * item
+    head = [Phase("final_norm", None, 1, other_bytes=fn, floor_bytes=fn,
+                  overhead_s=c.op_overhead_s, outstanding=ring),
+            Phase("lm_head", None, 1, ring_bytes=hb, floor_bytes=hb,
+                  other_bytes=memory.rows_padded * shard.vocab_local * 4,
+                  flops=2.0 * rows_eff * memory.stream.head_elements,
+                  tiles=len(head_tiles), outstanding=ring,
+                  overhead_s=len(head_tiles) * c.tile_overhead_s + c.op_overhead_s)]
+    if collectives.specs:
+        head.append(Phase("logits", None, 1, kind="collective",
+                          stall_s=collectives.specs[-1].seconds + c.op_overhead_s))
+    head.append(Phase("epilogue", None, 1, overhead_s=c.op_overhead_s))
+    return pre, stacks, head, rate
+
+
+def _bw(target: Target, outstanding: int) -> float:
+    c = target.constants
+    return target.hbm_bw * c.hbm_efficiency * min(1.0, outstanding * c.hbm_share_per_dma)
+
+
+def _walk(phases, credit: float, cap: float, target: Target, rate: float):
+    """Times of ``phases`` in order, carrying ring credit (seconds of ring
+    streaming already done ahead). Returns (costs, credit after)."""
+    costs = []
+    for ph in phases:
+        bw = _bw(target, ph.outstanding)
+        credit = min(cap, credit + ph.stall_s)        # the ring streams while we wait
+        ring_t, other_t = ph.ring_bytes / bw, ph.other_bytes / bw
+        used = min(credit, ring_t)
+        credit -= used
+        hbm = ring_t - used + other_t
+        compute = ph.flops / rate + ph.overhead_s
+        if compute > hbm:                              # HBM idle: the ring runs ahead
+            credit = min(cap, credit + compute - hbm)
+        time = max(compute, hbm) + ph.stall_s
+        costs.append(PhaseCost(ph.name, ph.stack, ph.per_step, ph.kind,
+                               ph.ring_bytes + ph.other_bytes, (ph.ring_bytes + ph.other_bytes) / bw,
+                               ph.flops / rate, ph.overhead_s, ph.stall_s, used, time))
+    return costs, credit
+
+
+def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
+             target: Target, request: PlanRequest, *, timeline: bool = True) -> CostReport:
+    pre, stacks, head, rate = _phases(model, shard, memory, collectives, target, request)
+    stream = memory.stream
+    n_tiles = sum(s.per_layer for s in stream.stacks) + len(stream.head)
+    avg_tile = (sum(s.bytes_per_layer for s in stream.stacks) + stream.head_bytes) / max(n_tiles, 1)
+    cap = stream.num_banks * min(avg_tile, stream.bank_bytes) / _bw(target, stream.num_banks)
+    costs, credit = _walk(pre, 0.0, cap, target, rate)
+    first_layers, total = [], sum(p.time_s for p in costs)
+    steady_costs = []
+    for phases in stacks:
+        first, credit = _walk(phases, credit, cap, target, rate)
+        steady, carry = first, credit
+        for _ in range(3):
+            steady, carry = _walk(phases, carry, cap, target, rate)
+        count = phases[0].per_step
+        total += sum(p.time_s for p in first) + (count - 1) * sum(p.time_s for p in steady)
+        if count > 1:
+            credit = carry
+        first_layers.append(first)
+        steady_costs += steady
+    tail, _ = _walk(head, credit, cap, target, rate)
+    total += sum(p.time_s for p in tail)
+    every = pre + [p for s in stacks for p in s] + head
+    hbm = sum((p.ring_bytes + p.other_bytes) * p.per_step for p in every)
+    floor_bytes = sum(p.floor_bytes * p.per_step for p in every)
+    floor_s = floor_bytes / target.hbm_bw
+    events = _timeline(costs, first_layers, steady_costs, tail, model) if timeline else ()
+    return CostReport(LABEL, total * 1e3, request.tokens / total, floor_s * 1e3, floor_s / total,
+                      hbm, floor_bytes, tuple(costs + steady_costs + tail), events)
+
+
+def _timeline(pre, first_layers, steady, tail, model: Model) -> tuple[Event, ...]:
+    """Events of the prologue, the first layer of each stack in detail, one
+    span for the rest of each stack, and the head."""
+    events, t = [], 0.0
+
+    def place(costs):
+        nonlocal t
+        for p in costs:
+            dur = p.time_s * 1e6
+            if p.kind == "collective":
+                events.append(Event("collective", p.name, t, t + dur))
+            else:
+                if p.stall_s:
+                    events.append(Event("stall", p.name, t, t + p.stall_s * 1e6))
+                start = t + p.stall_s * 1e6
+                if p.hbm_bytes:               # prefetched tiles were fetched earlier
+                    early = start - p.prefetched_s * 1e6
+                    events.append(Event("dma", p.name, max(early, 0.0), early + p.hbm_s * 1e6))
+                events.append(Event("compute", p.name, start, start + (p.mxu_s + p.overhead_s) * 1e6))
+            t += dur
+
+    place(pre)
+    for st, first in zip(model.stacks, first_layers):
+        place(first)
+        if st.count > 1:
+            mine = [p for p in steady if p.stack == first[0].stack]
+            span = (st.count - 1) * sum(p.time_s for p in mine) * 1e6
+            events.append(Event("compute", f"layers {st.start + 1}..{st.start + st.count - 1} "
+                                f"(x{st.count - 1} steady layers)", t, t + span))
+            t += span
+    place(tail)
+    return tuple(events)

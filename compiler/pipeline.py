@@ -1,0 +1,92 @@
+"""The planning half of the compiler, as a list of stages.
+
+    request     request.make_request           check batch, tokens, context, overrides
+    target      target.make_target             capacities from pltpu, topology, constants
+    shard       shard.shard_model              split weights, heads, experts over the cores
+    algorithms  schedule_collectives.collective_specs   one-shot or RS+AG; their buffers
+    geometry    choose_geometry.choose_geometry         bank size/count, slots, KV tile
+    memory      plan_memory.plan_memory        every buffer: space, shape, size, lifetime
+    schedule    schedule_collectives.schedule_collectives   sites, parity, overlapped tiles
+    cost        cost.estimate                  modeled step time, floor, efficiency
+
+For MoE models the shard stage is run once per legal expert-parallel degree
+(unless overridden) and the plan with the lowest modeled step time is kept.
+Code generation (emit -> load -> check) follows in the backends.
+"""
+
+from __future__ import annotations
+
+from megakernel.compiler.choose_geometry import choose_geometry
+from megakernel.compiler.cost import estimate
+from megakernel.compiler.plan import Plan
+from megakernel.compiler.request import make_request
+from megakernel.compiler.schedule_collectives import collective_specs, schedule_collectives
+from megakernel.compiler.shard import moe_degrees, shard_model
+from megakernel.compiler.target import Target, make_target
+from megakernel.ir.graph import Model
+from megakernel.ir.ops import MoE
+
+STAGES = ("request", "target", "shard", "algorithms", "geometry", "memory", "schedule", "cost")
+
+
+def plan_model(model: Model, *, target: "Target | str | None" = None, devices: int = 1,
+               batch: int = 1, tokens: int = 1, context: int | None = None,
+               overrides=None) -> Plan:
+    """Plan one decode step of ``model`` on ``devices`` TensorCores of ``target``
+    (a Target, a chip name, or None for TPU7x)."""
+    request = make_request(model, devices=devices, batch=batch, tokens=tokens,
+                           context=context, overrides=overrides)
+    target = _target(target, devices)
+    options = _expert_parallel_options(model, request)
+    # Several MoE splits: compare them with a one-round geometry search, then
+    # refine the winner with the full search.
+    caches = {ep: {} for ep in options}
+    candidates = [_plan_one(model, target, request, ep, rounds=1 if len(options) > 1 else 2,
+                            cache=caches[ep]) for ep in options]
+    best = min(candidates, key=lambda p: p.cost.step_ms)
+    if len(options) > 1:
+        ep = options[candidates.index(best)]
+        refined = _plan_one(model, target, request, ep, rounds=2, cache=caches[ep])
+        best = min((best, refined), key=lambda p: p.cost.step_ms)
+    return _with_choices(best, candidates)
+
+
+def _plan_one(model: Model, target: Target, request, ep, *, rounds: int, cache: dict) -> Plan:
+    """The stages after ``target`` for one expert-parallel degree."""
+    shard = shard_model(model, request.devices, moe_parallel=ep, embed=request.overrides.embed)
+    specs = collective_specs(shard, request, target, model.hidden_size)
+    geometry, memory = choose_geometry(model, shard, target, request, specs, rounds=rounds,
+                                       cache=cache)
+    collectives = schedule_collectives(shard, memory, specs)
+    report = estimate(model, shard, memory, collectives, target, request)
+    return Plan(model.name, request, target, shard, memory, collectives, report)
+
+
+def _target(target, devices: int) -> Target:
+    if target is None or isinstance(target, str):
+        return make_target(target or "tpu7x", devices)
+    return target if target.cores == devices else target.with_cores(devices)
+
+
+def _expert_parallel_options(model: Model, request) -> list:
+    forced = request.overrides.moe_parallel
+    has_moe = any(isinstance(n.op, MoE) for st in model.stacks for n in st.layer.nodes)
+    if forced is not None or not has_moe:
+        return [forced]
+    return moe_degrees(model, request.devices)
+
+
+def _with_choices(best: Plan, candidates: list[Plan]) -> Plan:
+    import dataclasses
+
+    choices = []
+    if len(candidates) > 1:
+        listing = ", ".join(f"ep={p.shard.ep}: {p.cost.step_ms:.3f} ms" for p in candidates)
+        choices.append(("moe_parallel", f"ep={best.shard.ep} (modeled {listing})"))
+    g = best.memory.geometry
+    slots = f"{g.expert_slots} expert slots, " if best.memory.experts else ""
+    choices.append(("geometry", f"{g.num_banks} x {g.bank_bytes // 1024} KiB banks, {slots}"
+                    f"kv_tile {g.kv_tile} (lowest modeled step time within the VMEM budget)"))
+    for spec in best.collectives.specs:
+        choices.append((spec.name, f"{spec.algorithm} ({spec.seconds * 1e6:.1f} us modeled)"))
+    return dataclasses.replace(best, choices=tuple(choices))

@@ -1,0 +1,272 @@
+"""Plan the memory of one decode step: every buffer's space, shape, size, lifetime.
+
+After ``plan_memory``: every buffer the kernel needs (weight ring, expert
+slots, per-layer vectors, KV tiles, activations, op scratch, collective slots,
+SMEM scalars, semaphores, and the HBM operands) has a space, a declared shape
+and dtype, a tile-padded size and a lifetime over the compact step program;
+all VMEM buffers together fit the target's VMEM budget (so no program point
+can exceed it); every streamed tile fits a bank. Buffers of the same name in
+several stacks are one allocation, live over the union of their uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megakernel.compiler.buffers import Buffer, Kind, Point, Space
+from megakernel.compiler.layout import (LANES, itemsize, mib, padded_bytes, round_up,
+                                        smem_bytes, sublanes)
+from megakernel.compiler.plan_buffers import BufferTable, layer_buffers
+from megakernel.compiler.request import PlanRequest
+from megakernel.compiler.schedule_collectives import CollectiveSpec
+from megakernel.compiler.shard import ShardPlan
+from megakernel.compiler.target import Target
+from megakernel.compiler.tile_weights import ExpertStream, WeightStream, expert_streams, tile_stream
+from megakernel.errors import PlanningError
+from megakernel.ir.graph import Model
+from megakernel.ir.ops import MoE
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The tunable sizes: ring banks, expert slots (and slices per expert), KV tile."""
+
+    bank_bytes: int
+    num_banks: int
+    expert_slots: int
+    slot_chunks: int
+    kv_tile: int
+
+
+@dataclass(frozen=True)
+class KVStream:
+    """KV cache of one attention node of stack ``stack``: in HBM as
+    ``cache_shape`` = [layers, batch, max_seq_len, kv_heads_local * head_dim]
+    (heads merged into lanes), read in tiles of ``kv_tile`` tokens into a VMEM
+    double buffer. ``read_tokens``: valid tokens per sequence attention needs."""
+
+    stack: int
+    node: str
+    kv_tile: int
+    width: int
+    cache_shape: tuple[int, ...]
+    read_tokens: int
+    tiles_per_seq: int
+    batch: int
+    dtype: str
+
+    @property
+    def bytes_per_layer(self) -> int:
+        """Modeled HBM bytes (whole tiles, K and V)."""
+        return 2 * self.batch * self.tiles_per_seq * self.kv_tile * self.width * itemsize(self.dtype)
+
+    @property
+    def valid_bytes_per_layer(self) -> int:
+        return 2 * self.batch * self.read_tokens * self.width * itemsize(self.dtype)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    geometry: Geometry
+    rows: int
+    rows_padded: int
+    points: tuple[Point, ...]
+    stack_nodes: tuple[tuple[str, ...], ...]
+    buffers: tuple[Buffer, ...]
+    stream: WeightStream
+    experts: tuple[ExpertStream, ...]
+    kv: tuple[KVStream, ...]
+    vmem_budget: int
+    smem_capacity: int
+    hbm_capacity: int
+
+    def _total(self, space: Space) -> int:
+        return sum(b.nbytes for b in self.buffers if b.space == space)
+
+    @property
+    def vmem_total(self) -> int:
+        return self._total(Space.VMEM)
+
+    @property
+    def smem_total(self) -> int:
+        return self._total(Space.SMEM)
+
+    @property
+    def hbm_total(self) -> int:
+        return self._total(Space.HBM)
+
+    @property
+    def semaphore_count(self) -> int:
+        return sum(b.count for b in self.buffers if b.space == Space.SEMAPHORE)
+
+    def live_vmem(self, point: int) -> int:
+        return sum(b.nbytes for b in self.buffers if b.space == Space.VMEM and b.live_at(point))
+
+    def buffer(self, name: str) -> Buffer:
+        return next(b for b in self.buffers if b.name == name)
+
+    def point_index(self, label: str) -> int:
+        return next(p.index for p in self.points if p.label == label)
+
+    def point_of(self, stack: int, node: str) -> int:
+        return self.point_index(f"s{stack}.{node}")
+
+    def first_point(self, stack: int) -> int:
+        return next(p.index for p in self.points if p.stack == stack)
+
+
+def program_points(model: Model, shard: ShardPlan) -> tuple[Point, ...]:
+    labels: list[tuple[str, int | None, str | None]] = [("prologue", None, None), ("embed", None, None)]
+    if shard.cores > 1 and shard.embed == "vocab":
+        labels.append(("allreduce.embed", None, None))
+    for st, ss in zip(model.stacks, shard.stacks):
+        for node in st.layer.nodes:
+            labels.append((f"s{ss.stack}.{node.name}", ss.stack, node.name))
+            labels += [(f"s{ss.stack}.allreduce.{r.tensor}", ss.stack, None)
+                       for r in ss.reductions if r.producer == node.name]
+    labels += [("final_norm", None, None), ("lm_head", None, None), ("logits", None, None),
+               ("epilogue", None, None)]
+    return tuple(Point(i, label, s, n) for i, (label, s, n) in enumerate(labels))
+
+
+def kv_streams(model: Model, shard: ShardPlan, request: PlanRequest, kv_tile: int):
+    out = []
+    seq = model.max_seq_len
+    for st, ss in zip(model.stacks, shard.stacks):
+        for node in st.layer.attention_nodes():
+            a = node.op
+            _, q_l, kv_l, _ = next(h for h in ss.heads if h[0] == node.name)
+            width = kv_l * a.head_dim
+            n = request.context + request.tokens
+            tiles = -(-n // kv_tile)
+            if a.sliding_window is not None and a.sliding_window + request.tokens - 1 < n:
+                n = a.sliding_window + request.tokens - 1
+                tiles = min(tiles, -(-n // kv_tile) + 1)   # the window may straddle a tile edge
+            out.append(KVStream(ss.stack, node.name, kv_tile, width,
+                                (st.count, request.batch, seq, width), n, tiles,
+                                request.batch, model.dtype.value))
+    return tuple(out)
+
+
+def kv_tile_options(model: Model) -> list[int]:
+    """KV tile sizes (tokens) that divide max_seq_len, 16..2048; the whole
+    cache when none does."""
+    seq = model.max_seq_len
+    opts = [t for t in (16, 32, 64, 128, 256, 512, 1024, 2048) if t <= seq and seq % t == 0]
+    return opts or [seq]
+
+
+def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanRequest,
+                geometry: Geometry, specs: tuple[CollectiveSpec, ...], *,
+                check: bool = True) -> MemoryPlan:
+    g = geometry
+    dt = model.dtype.value
+    quantum = LANES * itemsize(dt) * sublanes(dt)     # one native tile
+    if g.bank_bytes % quantum or g.num_banks < 2:
+        raise PlanningError(f"bank_bytes={g.bank_bytes} must be a multiple of {quantum} "
+                            f"and num_banks={g.num_banks} at least 2", path="plan.ring")
+    points = program_points(model, shard)
+    rows = request.rows
+    rows_p = round_up(rows, 8)
+    stream = tile_stream(shard, g.bank_bytes, g.num_banks)
+    top_k = {n.name: n.op.top_k for st in model.stacks for n in st.layer.nodes
+             if isinstance(n.op, MoE)}
+    experts = expert_streams(shard, rows, top_k, g.expert_slots, g.slot_chunks)
+    kv = kv_streams(model, shard, request, g.kv_tile)
+    index = {p.label: p.index for p in points}
+    last = len(points) - 1
+    table = BufferTable()
+    whole = (0, last)
+    # Step-wide VMEM: the ring, the residual stream, per-layer vectors, head state.
+    table.add(Buffer("ring.banks", Space.VMEM, Kind.WEIGHT_RING,
+                     (g.num_banks, g.bank_bytes // (LANES * itemsize(dt)), LANES), dt,
+                     g.num_banks * g.bank_bytes, *whole,
+                     "bank b viewed as each tile's (rows, cols); tile t in bank t % R"))
+    table.add(Buffer("ring.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (g.num_banks,),
+                     "dma_semaphore", 0, *whole, "[bank]"))
+    h = model.hidden_size
+    embed_rows = (round_up(rows, sublanes(dt)), h)
+    table.add(Buffer("embed.rows", Space.VMEM, Kind.ACTIVATION, embed_rows, dt,
+                     padded_bytes(embed_rows, dt), 0, index["embed"], "gathered embedding rows"))
+    table.add(Buffer("embed.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "dma_semaphore", 0,
+                     0, index["embed"], "row gathers"))
+    table.add(Buffer("final_norm", Space.VMEM, Kind.RESIDENT, (1, h), dt,
+                     padded_bytes((1, h), dt), 0, index["final_norm"], "loaded in the prologue"))
+    block = stream.head_block
+    for name, shape, dtype, kind, first in (
+            ("logits.block", (2, rows_p, block), "float32", Kind.LOGITS, index["lm_head"]),
+            ("logits.max", (rows_p, LANES), "float32", Kind.LOGITS, index["lm_head"]),
+            ("logits.argmax", (rows_p, LANES), "int32", Kind.LOGITS, index["lm_head"])):
+        table.add(Buffer(name, Space.VMEM, kind, shape, dtype, padded_bytes(shape, dtype),
+                         first, last, "running max/argmax over head blocks"
+                         if name != "logits.block" else "double-buffered logits blocks"))
+    table.add(Buffer("logits.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (2,), "dma_semaphore",
+                     0, index["lm_head"], last, "block write-back"))
+    for name, shape in (("tokens", (rows,)), ("start_pos", (request.batch,))):
+        table.add(Buffer(name, Space.SMEM, Kind.SCALARS, shape, "int32", smem_bytes(shape),
+                         *whole, "step inputs"))
+    if shard.cores > 1:
+        table.add(Buffer("barrier", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "barrier_semaphore",
+                         0, 0, 0, "start handshake before the first remote copy"))
+    layer_buffers(table, model, shard, request, points, kv, experts, rows_p)
+    _collective_buffers(table, specs, points)
+    _hbm_buffers(table, model, shard, kv, rows_p, whole)
+    plan = MemoryPlan(g, rows, rows_p, points,
+                      tuple(tuple(n.name for n in st.layer.nodes) for st in model.stacks),
+                      table.buffers(), stream, experts, kv, target.vmem_budget,
+                      target.smem_bytes, target.hbm_bytes)
+    if check:
+        _check_capacity(plan, target)
+    return plan
+
+
+def _collective_buffers(table: BufferTable, specs, points) -> None:
+    ar = [p.index for p in points if "allreduce" in p.label]
+    logits = next(p.index for p in points if p.label == "logits")
+    for spec in specs:
+        first, last = (ar[0], ar[-1]) if spec.kind == "all_reduce" else (logits, logits)
+        for b in spec.buffers:
+            table.add(Buffer(b.name, b.space, b.kind, b.shape, b.dtype, b.nbytes, first, last,
+                             b.note))
+
+
+def _hbm_buffers(table: BufferTable, model: Model, shard: ShardPlan, kv, rows_p, whole) -> None:
+    for ss in shard.stacks:
+        for p in ss.params:
+            shape = (ss.count, *p.shape)
+            table.add(Buffer(f"hbm.s{ss.stack}.{p.name}", Space.HBM, Kind.HBM_WEIGHTS, shape,
+                             p.dtype, padded_bytes(shape, p.dtype), *whole,
+                             f"{p.channel}; {p.role}"))
+    for p in shard.globals:
+        table.add(Buffer(f"hbm.{p.name}", Space.HBM, Kind.HBM_WEIGHTS, p.shape, p.dtype,
+                         padded_bytes(p.shape, p.dtype), *whole, f"{p.channel}; {p.role}"))
+    for s in kv:
+        for part in ("k", "v"):
+            table.add(Buffer(f"hbm.s{s.stack}.{s.node}.{part}_cache", Space.HBM, Kind.HBM_CACHE,
+                             s.cache_shape, s.dtype, padded_bytes(s.cache_shape, s.dtype), *whole,
+                             "aliased input/output; heads merged into lanes"))
+    for name, shape, dt in (("hbm.logits", (rows_p, shard.vocab_local), "float32"),
+                            ("hbm.next_token", (rows_p, LANES), "int32")):
+        table.add(Buffer(name, Space.HBM, Kind.HBM_OUTPUT, shape, dt, padded_bytes(shape, dt),
+                         *whole, "step output"))
+
+
+def _check_capacity(plan: MemoryPlan, target: Target) -> None:
+    if plan.vmem_total > plan.vmem_budget:
+        big = sorted((b for b in plan.buffers if b.space == Space.VMEM),
+                     key=lambda b: -b.nbytes)[:4]
+        listing = ", ".join(f"{b.name} {mib(b.nbytes)}" for b in big)
+        raise PlanningError(
+            f"VMEM buffers need {mib(plan.vmem_total)} but the budget is "
+            f"{mib(plan.vmem_budget)} ({mib(target.vmem_bytes)} minus "
+            f"{mib(target.vmem_reserve)} reserve); largest: {listing}", path="plan.vmem",
+            hint="use fewer or smaller ring banks / expert slots, a smaller batch, "
+                 "or more TensorCores")
+    if plan.smem_total > plan.smem_capacity:
+        raise PlanningError(f"SMEM scalars need {plan.smem_total} bytes, capacity "
+                            f"{plan.smem_capacity}", path="plan.smem",
+                            hint="lower batch x tokens per step")
+    if plan.hbm_total > plan.hbm_capacity:
+        raise PlanningError(f"weights, caches and outputs need {plan.hbm_total / 1e9:.1f} GB "
+                            f"of HBM per core, capacity {plan.hbm_capacity / 1e9:.1f} GB",
+                            path="plan.hbm", hint="use more TensorCores or a shorter max_seq_len")

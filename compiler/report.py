@@ -1,0 +1,135 @@
+"""Render a plan for people: markdown (``markdown``) or plain terminal text (``terminal``).
+
+Both show the same sections: the modeled step (time, tokens/s per user, HBM
+floor, efficiency, always labelled as modeled), the choices made, sharding and
+its padding, VMEM against the budget with the headroom, the ring geometry,
+the collectives of each layer, the costliest phases, and every buffer with its
+space, shape, size and lifetime.
+"""
+
+from __future__ import annotations
+
+from megakernel.compiler.buffers import Space
+from megakernel.compiler.cost import LABEL
+from megakernel.compiler.layout import mib, padded_shape
+from megakernel.compiler.plan import Plan
+
+
+def _table(headers, rows, md: bool) -> list[str]:
+    rows = [[str(c) for c in r] for r in rows]
+    if md:
+        out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        return out + ["| " + " | ".join(r) + " |" for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def _size(nbytes: int) -> str:
+    if nbytes >= 2**20:
+        return mib(nbytes)
+    return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
+
+
+def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
+    c, m, t, r = plan.cost, plan.memory, plan.target, plan.request
+    labels = [p.label for p in m.points]
+    out = []
+    out.append((f"Step time: {LABEL}", [
+        f"modeled step time: {c.step_ms:.3f} ms per step",
+        f"modeled tokens/s per user: {c.tokens_per_s_per_user:,.1f}",
+        f"HBM floor: {c.floor_ms:.3f} ms ({c.floor_bytes_per_core / 1e9:.3f} GB read per core "
+        f"at {t.hbm_bw / 1e12:.2f} TB/s)",
+        f"modeled efficiency (floor / modeled): {c.efficiency:.1%}",
+    ]))
+    out.append(("Choices", [f"{k}: {v}" for k, v in plan.choices]))
+    shard_lines = []
+    for st in plan.shard.stacks:
+        for node, q, kv, rep in st.heads:
+            shard_lines.append(f"stack {st.stack} (layers {st.start}..{st.start + st.count - 1}) "
+                               f"{node}: {q} q heads, {kv} kv head(s) per core"
+                               + (f", each kv head on {rep} cores" if rep > 1 else ""))
+        for node, ep, tp, local, width in st.experts:
+            shard_lines.append(f"stack {st.stack} {node}: expert parallel {ep} x tensor parallel "
+                               f"{tp}: {local} experts per core, intermediate {width} per core")
+    shard_lines.append(f"vocabulary: {plan.shard.vocab_stride} per core, padded to "
+                       f"{plan.shard.vocab_local}")
+    pads = plan.shard.padding()
+    if pads:
+        shard_lines += _table(["weight", "full", "per core", "padding/core"],
+                              [(n, f, s, _size(b)) for n, f, s, b in pads], md)
+    tiled = [(f"stack{st.stack}.{p.name}", p.shape, padded_shape(p.shape, p.dtype))
+             for st in plan.shard.stacks for p in st.params
+             if len(p.shape) >= 2 and padded_shape(p.shape, p.dtype) != tuple(p.shape)]
+    if tiled:
+        shard_lines.append("VMEM tile layout pads (no HBM padding): " + "; ".join(
+            f"{n} {s} -> {q}" for n, s, q in tiled[:8]) + (" ..." if len(tiled) > 8 else ""))
+    out.append(("Sharding", shard_lines))
+    vm = m.vmem_total
+    peak = max(m.live_vmem(p.index) for p in m.points)
+    g = m.geometry
+    out.append(("VMEM", [
+        f"total {mib(vm)} of budget {mib(m.vmem_budget)} ({mib(t.vmem_bytes)} capacity - "
+        f"{mib(t.vmem_reserve)} reserve); headroom {mib(m.vmem_budget - vm)}",
+        f"peak live at one program point: {mib(peak)}; SMEM {_size(m.smem_total)}; "
+        f"{m.semaphore_count} semaphores; HBM per core {m.hbm_total / 1e9:.2f} GB"]))
+    ring = [f"ring: {g.num_banks} banks x {_size(g.bank_bytes)} = {mib(g.num_banks * g.bank_bytes)}; "
+            f"{m.stream.total} tiles per step"]
+    for s in m.stream.stacks:
+        ring.append(f"stack {s.stack}: {s.per_layer} tiles per layer "
+                    f"({s.bytes_per_layer / 2**20:.2f} MiB), first tile at stream index {s.offset}")
+    ring.append(f"LM head: {len(m.stream.head)} tiles from index {m.stream.head_offset}, "
+                f"{m.stream.head_block}-column logits blocks")
+    for e in m.experts:
+        ring.append(f"stack {e.stack} {e.node}: {e.slots} expert slots x {_size(e.slot_bytes)}; "
+                    f"{e.chunks} slice(s) of {e.chunk} per expert; worst case {e.max_distinct} "
+                    "distinct experts per layer")
+    for k in m.kv:
+        ring.append(f"stack {k.stack} {k.node}: KV tile {k.kv_tile} tokens, "
+                    f"{k.tiles_per_seq} tiles per sequence for {k.read_tokens} valid tokens")
+    out.append(("Ring geometry", ring))
+    rows = []
+    for site in plan.collectives.sites:
+        spec = plan.collectives.spec(site.spec)
+        where = f"stack {site.stack}" if site.stack is not None else "once"
+        rows.append((site.name, where, f"{site.producer} -> {site.consumer}", spec.algorithm,
+                     _size(spec.payload_bytes), f"{spec.seconds * 1e6:.1f}",
+                     site.parity(), site.overlap_count))
+    out.append(("Collectives", _table(["site", "runs", "between", "algorithm", "payload",
+                                       "modeled us", "parity", "tiles in flight"], rows, md)
+                if rows else ["none (one TensorCore)"]))
+    top = sorted(c.phases, key=lambda p: -p.time_s * p.per_step)[:10]
+    out.append(("Costliest phases (modeled)", _table(
+        ["phase", "x", "HBM MB", "HBM us", "MXU us", "overhead us", "wait us", "time us"],
+        [(p.name, p.per_step, f"{p.hbm_bytes / 1e6:.2f}", f"{p.hbm_s * 1e6:.2f}",
+          f"{p.mxu_s * 1e6:.2f}", f"{p.overhead_s * 1e6:.2f}", f"{p.stall_s * 1e6:.2f}",
+          f"{p.time_s * 1e6:.2f}") for p in top], md)))
+    buf_rows = [(b.name, b.space.value, "x".join(map(str, b.shape)), b.dtype,
+                 _size(b.nbytes) if b.space != Space.SEMAPHORE else f"{b.count} sems",
+                 f"{labels[b.first]}..{labels[b.last]}") for b in m.buffers]
+    out.append(("Buffers", _table(["name", "space", "shape", "dtype", "size", "lifetime"],
+                                  buf_rows, md)))
+    return out
+
+
+def _header(plan: Plan) -> str:
+    r, t = plan.request, plan.target
+    return (f"Plan {plan.digest()} for {plan.model} on {t.cores} x {t.chip} TensorCores "
+            f"({t.topology.name}); batch {r.batch}, {r.tokens} token(s)/step, context {r.context}")
+
+
+def markdown(plan: Plan) -> str:
+    lines = [f"# {_header(plan)}", ""]
+    for title, body in _sections(plan, md=True):
+        lines += [f"## {title}", ""] + body + [""]
+    return "\n".join(lines)
+
+
+def terminal(plan: Plan, *, buffers: bool = True) -> str:
+    lines = [_header(plan), ""]
+    for title, body in _sections(plan, md=False):
+        if title == "Buffers" and not buffers:
+            continue
+        lines += [title, "=" * len(title)] + body + [""]
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""What the user asks the planner for: batch, tokens per step, context, and
+overrides of choices the planner would otherwise make itself.
+
+After ``make_request``: every field is checked, so later stages can trust it;
+``context`` is the number of cached tokens each sequence already holds (the
+cost model reads only that valid prefix of the KV cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from megakernel.errors import PlanningError
+from megakernel.ir.graph import Model
+
+DEFAULT_CONTEXT = 2048
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Each ``None`` means "let the planner choose".
+
+    moe_parallel: "tp" (each expert split along its intermediate width over all
+        cores), "ep" (experts spread over all cores), or an int expert-parallel
+        degree d (experts over d groups, each expert split over cores // d).
+    logits: "argmax" (vocab-sharded logits + distributed argmax) or "gather".
+    allreduce: "one_shot" or "rs_ag" for every tensor-parallel all-reduce.
+    embed: "vocab" (vocab-sharded table + all-reduce) or "replicated".
+    """
+
+    bank_bytes: int | None = None
+    num_banks: int | None = None
+    expert_slots: int | None = None
+    slot_chunks: int | None = None       # expert tiles (intermediate chunks) per expert
+    kv_tile: int | None = None
+    moe_parallel: "str | int | None" = None
+    logits: str = "argmax"
+    allreduce: str | None = None
+    embed: str = "vocab"
+
+    def __post_init__(self):
+        for name in ("bank_bytes", "num_banks", "expert_slots", "slot_chunks", "kv_tile"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int) and value > 0):
+                raise PlanningError(f"{name}={value!r} must be a positive integer",
+                                    path=f"overrides.{name}")
+        if self.bank_bytes is not None and self.bank_bytes % 4096:
+            raise PlanningError(f"bank_bytes={self.bank_bytes} must be a multiple of 4096 "
+                                "(one native [sublanes, 128] tile)", path="overrides.bank_bytes")
+        _choice(self.logits, ("argmax", "gather"), "logits")
+        _choice(self.embed, ("vocab", "replicated"), "embed")
+        if self.allreduce is not None:
+            _choice(self.allreduce, ("one_shot", "rs_ag"), "allreduce")
+        if self.moe_parallel is not None and not isinstance(self.moe_parallel, int):
+            _choice(self.moe_parallel, ("tp", "ep"), "moe_parallel")
+
+    @classmethod
+    def parse(cls, value: "Overrides | dict | None") -> "Overrides":
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        known = {f.name for f in fields(cls)}
+        extra = sorted(set(value) - known)
+        if extra:
+            raise PlanningError(f"unknown overrides {extra}; known: {sorted(known)}",
+                                path="overrides")
+        return cls(**value)
+
+
+def _choice(value, allowed: tuple[str, ...], name: str) -> None:
+    if value not in allowed:
+        raise PlanningError(f"{name}={value!r} is not one of {list(allowed)}",
+                            path=f"overrides.{name}")
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """One decode step of ``batch`` sequences x ``tokens`` new tokens each, at
+    ``context`` cached tokens per sequence, over ``devices`` TensorCores."""
+
+    devices: int
+    batch: int
+    tokens: int
+    context: int
+    overrides: Overrides
+
+    @property
+    def rows(self) -> int:
+        """Token rows of the step (B * T), the leading axis of every activation."""
+        return self.batch * self.tokens
+
+
+def make_request(model: Model, *, devices: int, batch: int = 1, tokens: int = 1,
+                 context: int | None = None, overrides=None) -> PlanRequest:
+    for name, value in (("batch", batch), ("tokens", tokens)):
+        if not (isinstance(value, int) and value > 0):
+            raise PlanningError(f"{name}={value!r} must be a positive integer",
+                                path=f"request.{name}")
+    room = model.max_seq_len - tokens
+    if room < 0:
+        raise PlanningError(f"tokens={tokens} exceeds max_seq_len={model.max_seq_len}",
+                            path="request.tokens", hint="lower tokens per step")
+    if context is None:
+        context = min(DEFAULT_CONTEXT, room)
+    if not (isinstance(context, int) and 0 <= context <= room):
+        raise PlanningError(f"context={context!r} must be in [0, max_seq_len - tokens = "
+                            f"{room}]", path="request.context",
+                            hint="lower context or build the model with a longer max_seq_len")
+    return PlanRequest(devices, batch, tokens, context, Overrides.parse(overrides))

@@ -1,0 +1,206 @@
+"""Schedule the step's collectives: tensor-parallel all-reduces and the logits.
+
+``collective_specs`` (run before memory planning) picks each collective's
+algorithm by modeled time and lists the buffers and semaphores it needs.
+After ``schedule_collectives``: every all-reduce site sits at a program point
+strictly between its producer and its consumer; every site names its slots,
+semaphores and parity; the weight-ring tiles in flight while it runs are
+recorded. Sums run in rank order 0..N-1 on every core (one-shot: each core sums
+all N slots; reduce-scatter: core c sums chunk c, then broadcasts it), so all
+cores hold bit-identical f32 results. Slots are double-buffered by the parity
+of the collective's sequence number, so the layer loop needs no barrier: a
+peer cannot start collective n+2 before this core has finished n.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megakernel.compiler.buffers import Buffer, Kind, Space
+from megakernel.compiler.layout import LANES, padded_bytes, round_up
+from megakernel.compiler.request import PlanRequest
+from megakernel.compiler.shard import ShardPlan
+from megakernel.compiler.target import Target
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """One collective algorithm and its buffers (shared by all its sites)."""
+
+    name: str
+    kind: str            # all_reduce | argmax | all_gather
+    algorithm: str       # one_shot | rs_ag | exchange
+    payload: tuple[int, ...]
+    payload_bytes: int
+    phases: int
+    bytes_per_peer: int  # per phase
+    seconds: float       # modeled
+    buffers: tuple[Buffer, ...]
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One site. Per-layer sites (``stack`` set) run once per layer of the
+    stack; ``seq_offset``/``seq_stride`` give the sequence number
+    seq = seq_offset + (layer - start) * seq_stride, and the slot parity seq % 2.
+    ``overlap_first``: index, relative to the layer's first tile (or flat for
+    global sites), of the first of ``overlap_count`` ring tiles in flight while
+    the collective runs."""
+
+    name: str
+    spec: str
+    stack: int | None
+    tensor: str
+    producer: str
+    consumer: str
+    point: int
+    producer_point: int
+    consumer_point: int
+    seq_offset: int
+    seq_stride: int
+    per_step: int
+    overlap_first: int
+    overlap_count: int
+    sum_order: tuple[int, ...]
+
+    def parity(self, layer_in_stack: int = 0) -> int:
+        return (self.seq_offset + layer_in_stack * self.seq_stride) % 2
+
+
+@dataclass(frozen=True)
+class CollectivePlan:
+    specs: tuple[CollectiveSpec, ...]
+    sites: tuple[Collective, ...]
+
+    def spec(self, name: str) -> CollectiveSpec:
+        return next(s for s in self.specs if s.name == name)
+
+    def per_layer(self, stack: int) -> tuple[Collective, ...]:
+        return tuple(s for s in self.sites if s.stack == stack)
+
+
+def phase_seconds(bytes_per_peer: int, target: Target) -> float:
+    """Modeled time of one exchange phase: every core sends ``bytes_per_peer``
+    to each of its N-1 peers, sibling-core copies and ICI copies in parallel."""
+    c, topo = target.constants, target.topology
+    siblings = min(topo.cores_per_chip, topo.cores) - 1
+    remote = topo.cores - 1 - siblings
+    t_sib = c.core_to_core_latency_s + bytes_per_peer / c.core_to_core_bw if siblings else 0.0
+    t_ici = (c.collective_phase_s + topo.diameter * c.ici_hop_latency_s
+             + remote * bytes_per_peer / c.ici_bw_per_core) if remote else 0.0
+    return max(t_sib, t_ici)
+
+
+def _sems(prefix: str, shape: tuple[int, ...], note: str) -> tuple[Buffer, ...]:
+    return tuple(Buffer(f"{prefix}.{part}_sems", Space.SEMAPHORE, Kind.SEMAPHORES, shape,
+                        "dma_semaphore", 0, note=note) for part in ("send", "recv"))
+
+
+def _allreduce(rows_p: int, hidden: int, target: Target, forced: str | None) -> CollectiveSpec:
+    n = target.cores
+    payload = (rows_p, hidden)
+    nbytes = rows_p * hidden * 4
+    chunk = hidden // n
+    options = {"one_shot": (1, nbytes)}
+    if hidden % (n * LANES) == 0:          # reduce-scatter chunks must be whole lane groups
+        options["rs_ag"] = (2, rows_p * chunk * 4)
+    if forced is not None and forced in options:
+        algo = forced
+    else:
+        algo = min(options, key=lambda a: options[a][0] * phase_seconds(options[a][1], target))
+    phases, per_peer = options[algo]
+    if algo == "one_shot":
+        bufs = (Buffer("allreduce.slots", Space.VMEM, Kind.COLLECTIVE, (2, n, rows_p, hidden),
+                       "float32", padded_bytes((2, n, rows_p, hidden), "float32"),
+                       note="[parity, sender] partials; own slot written locally"),)
+        bufs += _sems("allreduce", (2, n), "[parity, peer]")
+    else:
+        shape = (2, n, rows_p, chunk)
+        bufs = tuple(Buffer(f"allreduce.{ph}_slots", Space.VMEM, Kind.COLLECTIVE, shape,
+                            "float32", padded_bytes(shape, "float32"), note=note)
+                     for ph, note in (("rs", "[parity, sender] chunk c partials"),
+                                      ("ag", "[parity, owner] reduced chunks")))
+        bufs += _sems("allreduce", (2, 2, n), "[parity, phase, peer]")
+    return CollectiveSpec("allreduce", "all_reduce", algo, payload, nbytes, phases, per_peer,
+                          phases * phase_seconds(per_peer, target), bufs)
+
+
+def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
+                     hidden: int) -> tuple[CollectiveSpec, ...]:
+    """Algorithms and buffers of every collective the step needs (none on 1 core)."""
+    n = target.cores
+    if n == 1:
+        return ()
+    rows_p = round_up(request.rows, 8)
+    specs = [_allreduce(rows_p, hidden, target, request.overrides.allreduce)]
+    if request.overrides.logits == "argmax":
+        shape = (n, rows_p, LANES)
+        bufs = (Buffer("argmax.values", Space.VMEM, Kind.COLLECTIVE, shape, "float32",
+                       padded_bytes(shape, "float32"), note="[sender] per-row local max"),
+                Buffer("argmax.indices", Space.VMEM, Kind.COLLECTIVE, shape, "int32",
+                       padded_bytes(shape, "int32"), note="[sender] per-row global argmax"))
+        per_peer = 2 * rows_p * LANES * 4
+        specs.append(CollectiveSpec("argmax", "argmax", "exchange", (rows_p, 2), rows_p * 8, 1,
+                                    per_peer, phase_seconds(per_peer, target),
+                                    bufs + _sems("argmax", (n,), "[peer]")))
+    else:
+        shape = (n, rows_p, shard.vocab_local)
+        per_peer = rows_p * shard.vocab_local * 4
+        bufs = (Buffer("logits.gathered", Space.HBM, Kind.COLLECTIVE, shape, "float32",
+                       padded_bytes(shape, "float32"), note="[owner] vocab-sharded logits"),)
+        specs.append(CollectiveSpec("gather", "all_gather", "exchange", (rows_p, shard.vocab_local),
+                                    per_peer, 1, per_peer, phase_seconds(per_peer, target),
+                                    bufs + _sems("gather", (n,), "[peer]")))
+    return tuple(specs)
+
+
+def schedule_collectives(shard: ShardPlan, memory, specs: tuple[CollectiveSpec, ...]) -> CollectivePlan:
+    """Place every collective of ``specs`` at its program point of ``memory``."""
+    if not specs:
+        return CollectivePlan((), ())
+    n = shard.cores
+    order = tuple(range(n))
+    ring = memory.stream.num_banks
+    sites = []
+    seq = 0
+    if shard.embed == "vocab":
+        sites.append(Collective("embed.allreduce", "allreduce", None, "embed_rows", "embed",
+                                "layers.0", memory.point_index("allreduce.embed"),
+                                memory.point_index("embed"), memory.first_point(0), 0, 0, 1,
+                                0, min(ring, memory.stream.total), order))
+        seq = 1
+    for st, ss in zip(shard.stacks, memory.stream.stacks):
+        stride = len(st.reductions)
+        for k, red in enumerate(st.reductions):
+            last = _last_tile_through(ss, memory.stack_nodes[st.stack], red.producer)
+            sites.append(Collective(
+                f"s{st.stack}.allreduce.{red.tensor}", "allreduce", st.stack, red.tensor,
+                red.producer, red.consumer,
+                memory.point_index(f"s{st.stack}.allreduce.{red.tensor}"),
+                memory.point_of(st.stack, red.producer), memory.point_of(st.stack, red.consumer),
+                seq + k, stride, st.count, last + 1, ring, order))
+        seq += stride * st.count
+    head = specs[-1]
+    sites.append(Collective(f"logits.{head.name}", head.name, None, "logits", "lm_head", "output",
+                            memory.point_index("logits"), memory.point_index("lm_head"),
+                            memory.point_index("epilogue"), 0, 0, 1, memory.stream.total, 0, order))
+    return CollectivePlan(specs, tuple(sites))
+
+
+def _last_tile_through(ss, node_order: list[str], producer: str) -> int:
+    """Index of the last ring tile consumed by the time ``producer`` finishes."""
+    upto = set(node_order[:node_order.index(producer) + 1])
+    ends = [n.first + n.count - 1 for n in ss.node_tiles if n.node in upto]
+    return max(ends, default=-1)
+
+
+def overlapping_tiles(site: Collective, stream, layer: int | None = None) -> list[int]:
+    """Flat stream indices of the ring tiles in flight during ``site`` (for
+    ``layer``, a global layer index, when the site is per-layer)."""
+    if site.stack is None:
+        base = site.overlap_first
+    else:
+        ss = stream.stacks[site.stack]
+        k = (layer if layer is not None else ss.start) - ss.start
+        base = ss.offset + k * ss.per_layer + site.overlap_first
+    return [i for i in range(base, base + site.overlap_count) if i < stream.total]

@@ -1,0 +1,251 @@
+"""Shard the model over N TensorCores (tensor parallel, MoE expert/tensor parallel).
+
+After ``shard_model``: every weight has a ``ParamShard`` saying which axes are
+split, which slice core c holds and the per-core (padded) shape; every layer
+tensor has a per-core width; every tensor that leaves an op as a partial sum
+has a ``Reduction`` naming its producer and consumer (the all-reduce sites).
+Per-core shapes obey TPU tiling: split widths that feed the lane axis are
+zero-padded to 128 lanes where that is exact (zero columns/rows add nothing).
+
+Rules. Query heads are split evenly; KV heads are split, or replicated when
+there are fewer KV heads than cores (each core keeps the one KV head its query
+heads use). Projections into attention are column-parallel, the projection out
+of it row-parallel (output is a partial sum). MLP intermediate and MoE experts
+(expert parallel over ``ep`` groups, the intermediate split over ``cores/ep``)
+likewise end in partial sums. The router and all norms are replicated; the
+embedding and LM head are vocabulary-sharded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from megakernel.compiler.layout import LANES, dtype_name, itemsize, padded_bytes, round_up
+from megakernel.compiler.shard_rules import Split, layer_rules, legal_core_counts
+from megakernel.errors import ShardingError, error_context
+from megakernel.ir.graph import Model
+from megakernel.ir.ops import MoE
+
+__all__ = ["Split", "ParamShard", "StackShard", "ShardPlan", "Reduction", "shard_model",
+           "moe_degrees", "legal_core_counts", "shard_weights", "gather_weights"]
+
+
+@dataclass(frozen=True)
+class ParamShard:
+    """How one weight is cut. ``name`` is layer-local (``q_proj.weight``) for
+    layer weights, global (``embed.weight``) otherwise. ``channel`` says how it
+    reaches VMEM: ring (streamed tiles), vector (parity double buffer), experts
+    (expert slots), gather (rows by token id), resident."""
+
+    name: str
+    full_shape: tuple[int, ...]
+    dtype: str
+    splits: tuple[Split, ...]
+    channel: str
+    role: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Per-core shape, padding included."""
+        out = list(self.full_shape)
+        for s in self.splits:
+            out[s.axis] = s.padded
+        return tuple(out)
+
+    @property
+    def nbytes(self) -> int:
+        return padded_bytes(self.shape, self.dtype)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def source(self, core: int) -> tuple[slice, ...]:
+        """The region of the full weight core ``core`` holds (before padding)."""
+        region = [slice(0, d) for d in self.full_shape]
+        for s in self.splits:
+            full = self.full_shape[s.axis]
+            lo = min(s.part(core) * s.stride, full)   # trailing parts may be all padding
+            region[s.axis] = slice(lo, min(lo + s.stride, full))
+        return tuple(region)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A partial sum ``tensor`` from ``producer`` that must be all-reduced
+    before ``consumer`` reads it."""
+
+    tensor: str
+    producer: str
+    consumer: str
+
+
+@dataclass(frozen=True)
+class StackShard:
+    """Shards of one stack's layer (identical for all ``count`` layers).
+    ``widths``: per-core feature count of every layer tensor."""
+
+    stack: int
+    start: int
+    count: int
+    params: tuple[ParamShard, ...]
+    widths: tuple[tuple[str, int], ...]
+    reductions: tuple[Reduction, ...]
+    heads: tuple[tuple[str, int, int, int], ...]   # (attention node, q heads, kv heads, kv replication)
+    experts: tuple[tuple[str, int, int, int, int], ...]  # (moe node, ep, tp, experts/core, intermediate/core)
+
+    def param(self, name: str) -> ParamShard:
+        return next(p for p in self.params if p.name == name)
+
+    def width(self, tensor: str) -> int:
+        return dict(self.widths)[tensor]
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    cores: int
+    stacks: tuple[StackShard, ...]
+    globals: tuple[ParamShard, ...]
+    vocab_stride: int       # vocabulary entries per core before padding
+    vocab_local: int        # per-core vocabulary after padding to 128 lanes
+    vocab_size: int
+    embed: str              # "vocab" | "replicated"
+    tied: bool
+    ep: int                 # expert-parallel degree of MoE stacks (1: pure TP)
+
+    def global_param(self, name: str) -> ParamShard:
+        return next(p for p in self.globals if p.name == name)
+
+    def stack_of(self, layer: int) -> StackShard:
+        return next(s for s in self.stacks if s.start <= layer < s.start + s.count)
+
+    def param(self, full_name: str) -> ParamShard:
+        if full_name.startswith("layers."):
+            _, index, local = full_name.split(".", 2)
+            return self.stack_of(int(index)).param(local)
+        return self.global_param(full_name)
+
+    def full_names(self):
+        """(full weight name, shard) over the model, in consumption order."""
+        yield "embed.weight", self.global_param("embed.weight")
+        for st in self.stacks:
+            for layer in range(st.start, st.start + st.count):
+                for p in st.params:
+                    yield f"layers.{layer}.{p.name}", p
+        for p in self.globals[1:]:
+            yield p.name, p
+
+    def vocab_valid(self, core: int) -> int:
+        """Real (unpadded) vocabulary entries of core ``core``'s logits."""
+        return max(0, min(self.vocab_stride, self.vocab_size - core * self.vocab_stride))
+
+    def padding(self) -> list[tuple[str, tuple[int, ...], tuple[int, ...], int]]:
+        """(weight, full shape, per-core shape, zero-padding bytes per core) for
+        every weight whose shard was padded."""
+        named = [(f"stack{s.stack}.{p.name}", p) for s in self.stacks for p in s.params]
+        named += [(p.name, p) for p in self.globals]
+        out = []
+        for name, p in named:
+            valid = math.prod(r.stop - r.start for r in p.source(0))
+            if p.size > valid:
+                out.append((name, p.full_shape, p.shape, (p.size - valid) * itemsize(p.dtype)))
+        return out
+
+
+def moe_degrees(model: Model, cores: int) -> list[int]:
+    """Expert-parallel degrees d that are legal for every MoE layer: d divides
+    ``cores`` and the expert count. [1] for a dense model."""
+    experts = {n.op.num_experts for layer in model.layers for n in layer.nodes
+               if isinstance(n.op, MoE)}
+    return [d for d in range(1, cores + 1)
+            if cores % d == 0 and all(e % d == 0 for e in experts)]
+
+
+def _resolve_ep(model: Model, cores: int, moe_parallel) -> int:
+    legal = moe_degrees(model, cores)
+    has_moe = any(isinstance(n.op, MoE) for layer in model.layers for n in layer.nodes)
+    if moe_parallel is None or moe_parallel == "tp" or not has_moe:
+        return 1
+    wanted = cores if moe_parallel == "ep" else moe_parallel
+    if wanted not in legal:
+        experts = sorted({n.op.num_experts for layer in model.layers for n in layer.nodes
+                          if isinstance(n.op, MoE)})
+        raise ShardingError(f"expert-parallel degree {wanted} does not divide both "
+                            f"cores={cores} and num_experts={experts}",
+                            path="shard.moe_parallel",
+                            hint=f"use moe_parallel in {legal} or 'tp'")
+    return wanted
+
+
+def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vocab") -> ShardPlan:
+    """Split ``model`` over ``cores`` TensorCores; raises ShardingError naming the
+    tensor, the numbers and the core counts that would work."""
+    if not (isinstance(cores, int) and 1 <= cores <= 32):
+        raise ShardingError(f"devices={cores!r} must be an integer in 1..32", path="shard")
+    if model.tie_embeddings and embed == "replicated":
+        raise ShardingError("a tied embedding doubles as the LM head, which is "
+                            "vocabulary-sharded", path="shard.embed",
+                            hint="use embed='vocab' for models with tie_embeddings")
+    ep = _resolve_ep(model, cores, moe_parallel)
+    stacks = []
+    for i, st in enumerate(model.stacks):
+        with error_context(f"shard.layers.{st.start}"):
+            params, widths, reductions, heads, experts = layer_rules(
+                st.layer, model.dtype, cores, ep, legal_core_counts(model))
+        stacks.append(StackShard(i, st.start, st.count, params, widths, reductions,
+                                 heads, experts))
+    v, h, dt = model.vocab_size, model.hidden_size, dtype_name(model.dtype)
+    stride = -(-v // cores)
+    local = round_up(stride, LANES)
+    vocab_split = Split(axis=0, parts=cores, div=1, stride=stride, padded=local)
+    embed_splits = (vocab_split,) if embed == "vocab" else ()
+    globals_ = [ParamShard("embed.weight", (v, h), dt, embed_splits, "gather",
+                           "vocab rows" if embed_splits else "replicated"),
+                ParamShard("final_norm.weight", (h,), dt, (), "resident", "replicated")]
+    if not model.tie_embeddings:
+        globals_.append(ParamShard("lm_head.weight", (h, v), dt,
+                                   (Split(1, cores, 1, stride, local),), "ring", "vocab columns"))
+    return ShardPlan(cores, tuple(stacks), tuple(globals_), stride, local, v, embed,
+                     model.tie_embeddings, ep)
+
+
+def _cut(full: np.ndarray, p: ParamShard, core: int) -> np.ndarray:
+    part = full[p.source(core)]
+    pads = [(0, want - have) for want, have in zip(p.shape, part.shape)]
+    return np.pad(part, pads) if any(hi for _, hi in pads) else np.ascontiguousarray(part)
+
+
+def shard_weights(model: Model, plan: ShardPlan,
+                  weights: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Per-core weights: ``out[c][name]`` has shape ``plan.param(name).shape``."""
+    out: list[dict[str, np.ndarray]] = [{} for _ in range(plan.cores)]
+    for name, p in plan.full_names():
+        full = weights[name]
+        if tuple(full.shape) != p.full_shape:
+            raise ShardingError(f"weight has shape {tuple(full.shape)}, expected "
+                                f"{p.full_shape}", path=f"shard.{name}")
+        for core in range(plan.cores):
+            out[core][name] = _cut(full, p, core)
+    return out
+
+
+def gather_weights(model: Model, plan: ShardPlan,
+                   per_core: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Inverse of ``shard_weights``: every full weight rebuilt from the cores'
+    valid (unpadded) regions; replicated copies must agree."""
+    out = {}
+    for name, p in plan.full_names():
+        full = np.zeros(p.full_shape, per_core[0][name].dtype)
+        seen = np.zeros(p.full_shape, bool)
+        for core in range(plan.cores):
+            region = p.source(core)
+            piece = per_core[core][name][tuple(slice(0, r.stop - r.start) for r in region)]
+            if seen[region].any() and not np.array_equal(full[region], piece):
+                raise ShardingError("replicated copies differ between cores",
+                                    path=f"shard.{name}")
+            full[region], seen[region] = piece, True
+        out[name] = full
+    return out

@@ -1,0 +1,198 @@
+"""Targets: a TPU chip kind, a topology of TensorCores, and the cost constants.
+
+After ``make_target``: every capacity and rate of a TensorCore comes from
+``pltpu.get_tpu_info_for_chip`` (never typed in here); the VMEM budget is the
+capacity minus a reserve left to the compiler for spills; every cost-model
+constant sits in ``COST_TABLE`` with the source of its value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass, field
+
+from megakernel.errors import PlanningError
+
+MiB = 2**20
+DEFAULT_VMEM_RESERVE = 6 * MiB
+MAX_CORES = 32
+
+# Short chip names users type -> pltpu.ChipVersion member names.
+CHIPS = {"tpu7x": "TPU_7X", "v6e": "TPU_V6E", "v5e": "TPU_V5E"}
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: float
+    unit: str
+    source: str
+
+
+_INFERACT = "Inferact/tpu-megakernels README, their TPU7x measurements (platform-facts.md)"
+
+# The one table of cost-model constants. "assumed" means not measured by
+# anyone yet: a calibration run on hardware should replace it.
+COST_TABLE: dict[str, Constant] = {
+    "dma_latency_s": Constant(
+        1.0e-6, "s", "assumed: first-byte latency of one HBM->VMEM DMA; exposed only "
+        "where nothing else can run (step start, expert fetch after routing)"),
+    "tile_overhead_s": Constant(
+        0.10e-6, "s", "assumed: scalar-core work per streamed tile (semaphore wait, "
+        "next descriptor issue, loop bookkeeping) on the compute path"),
+    "op_overhead_s": Constant(
+        0.30e-6, "s", "assumed: fixed vector-unit cost of one small op (norm, rope, "
+        "residual add, routing) at decode row counts"),
+    "hbm_share_per_dma": Constant(
+        0.125, "fraction", "assumed: one outstanding DMA draws at most 1/8 of the core's "
+        "HBM bandwidth; " + _INFERACT + " reports the DMA engine shares bandwidth among "
+        "outstanding descriptors and keeps ~12 x 2 MiB in flight"),
+    "hbm_efficiency": Constant(
+        0.92, "fraction", "assumed: sustained fraction of peak HBM bandwidth for large "
+        "streaming DMAs"),
+    "mxu_push_rows": Constant(
+        128, "rows", "assumed: weight push makes a decode matmul cost as if it had at "
+        "least this many LHS rows; " + _INFERACT + ": 'MXU is weight-push bound at "
+        "decode sizes, extra LHS rows nearly free'"),
+    "f32_matmul_slowdown": Constant(
+        3.0, "x", "assumed: an f32 matmul takes ~3 bf16 MXU passes"),
+    "ici_bw_per_core": Constant(
+        134e9, "B/s", _INFERACT + ": cross-chip ~45 GB/s per core per direction, "
+        "134 GB/s over 3 links"),
+    "core_to_core_bw": Constant(
+        663e9, "B/s", "fit of " + _INFERACT + " sibling-core remote copies (101 GB/s at "
+        "256 KiB, 610 GB/s at 16 MiB) to latency + bytes/bandwidth"),
+    "core_to_core_latency_s": Constant(
+        2.2e-6, "s", "same fit as core_to_core_bw"),
+    "collective_phase_s": Constant(
+        3.5e-6, "s", _INFERACT + ": a latency-bound collective phase takes 3.5-4.7 us "
+        "(low end, adjacent chips)"),
+    "ici_hop_latency_s": Constant(
+        0.3e-6, "s", "fit: makes a 4-hop phase 4.7 us, the high end of the measured range"),
+    "kernel_launch_s": Constant(
+        5.0e-6, "s", "assumed: launch of the one pallas_call plus the start barrier"),
+}
+
+
+@dataclass(frozen=True)
+class CostConstants:
+    """The values of ``COST_TABLE`` (change one with ``dataclasses.replace``)."""
+
+    dma_latency_s: float
+    tile_overhead_s: float
+    op_overhead_s: float
+    hbm_share_per_dma: float
+    hbm_efficiency: float
+    mxu_push_rows: float
+    f32_matmul_slowdown: float
+    ici_bw_per_core: float
+    core_to_core_bw: float
+    core_to_core_latency_s: float
+    collective_phase_s: float
+    ici_hop_latency_s: float
+    kernel_launch_s: float
+
+    @classmethod
+    def default(cls) -> "CostConstants":
+        return cls(**{name: c.value for name, c in COST_TABLE.items()})
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``cores`` TensorCores (JAX devices) on ``chips`` chips of
+    ``cores_per_chip``; ``grid`` is the chips' ICI arrangement."""
+
+    cores: int
+    cores_per_chip: int
+    chips: int
+    grid: tuple[int, ...]
+    name: str
+
+    @property
+    def diameter(self) -> int:
+        """Most ICI hops between two chips (torus wrap-around on long axes)."""
+        return sum(d // 2 for d in self.grid)
+
+    def same_chip(self, a: int, b: int) -> bool:
+        return a // self.cores_per_chip == b // self.cores_per_chip
+
+
+@dataclass(frozen=True)
+class Target:
+    """Per-TensorCore capacities and rates (from pltpu), a topology, a VMEM
+    reserve and the cost constants."""
+
+    chip: str
+    vmem_bytes: int
+    smem_bytes: int
+    hbm_bytes: int
+    hbm_bw: float            # bytes/s per TensorCore
+    bf16_flops: float        # per TensorCore
+    lanes: int
+    sublanes: int
+    mxu_size: int
+    topology: Topology
+    vmem_reserve: int = DEFAULT_VMEM_RESERVE
+    constants: CostConstants = field(default_factory=CostConstants.default)
+
+    @property
+    def cores(self) -> int:
+        return self.topology.cores
+
+    @property
+    def vmem_budget(self) -> int:
+        """VMEM the plan may use: capacity minus the compiler's spill reserve."""
+        return self.vmem_bytes - self.vmem_reserve
+
+    def with_cores(self, cores: int) -> "Target":
+        return dataclasses.replace(self, topology=make_topology(self.chip, cores))
+
+
+_GRIDS = {  # chips -> ICI grid for chips of 2 TensorCores (TPU7x) or 1 (v5e, v6e)
+    1: (1, 1, 1), 2: (2, 1, 1), 4: (2, 2, 1), 8: (2, 2, 2), 16: (4, 4, 1), 32: (4, 4, 2)}
+
+
+def make_topology(chip: str, cores: int) -> Topology:
+    if not (isinstance(cores, int) and 1 <= cores <= MAX_CORES):
+        raise PlanningError(f"devices={cores!r} must be an integer in 1..{MAX_CORES}",
+                            path="target.devices")
+    per_chip = _chip_version(chip).num_physical_tensor_cores_per_chip
+    chips = math.ceil(cores / per_chip)
+    grid = _GRIDS.get(chips) or (chips, 1, 1)
+    dims = grid if per_chip > 1 else tuple(d for d in grid if d > 1)[:2] or (1, 1)
+    return Topology(cores, per_chip, chips, grid, f"{chip}:" + "x".join(map(str, dims)))
+
+
+def _chip_version(chip: str):
+    from jax.experimental.pallas import tpu as pltpu
+
+    if chip not in CHIPS:
+        raise PlanningError(f"chip={chip!r} is not supported; supported: {sorted(CHIPS)}",
+                            path="target.chip")
+    return getattr(pltpu.ChipVersion, CHIPS[chip])
+
+
+@functools.lru_cache(maxsize=None)
+def _chip_info(chip: str):
+    from jax.experimental.pallas import tpu as pltpu
+
+    # Per TensorCore: on TPU7x each TensorCore is its own device, so 1.
+    return pltpu.get_tpu_info_for_chip(_chip_version(chip), 1)
+
+
+def make_target(chip: str = "tpu7x", cores: int = 1, *,
+                vmem_reserve: int = DEFAULT_VMEM_RESERVE,
+                constants: CostConstants | None = None) -> Target:
+    """A target of ``cores`` TensorCores of ``chip`` (``tpu7x``, ``v6e``, ``v5e``)."""
+    info = _chip_info(chip)
+    if not 0 <= vmem_reserve < info.vmem_capacity_bytes:
+        raise PlanningError(f"vmem_reserve={vmem_reserve} must be in [0, "
+                            f"{info.vmem_capacity_bytes}) bytes", path="target.vmem_reserve")
+    return Target(chip=chip, vmem_bytes=info.vmem_capacity_bytes,
+                  smem_bytes=info.smem_capacity_bytes, hbm_bytes=info.hbm_capacity_bytes,
+                  hbm_bw=float(info.mem_bw_bytes_per_second),
+                  bf16_flops=float(info.bf16_ops_per_second), lanes=info.num_lanes,
+                  sublanes=info.num_sublanes, mxu_size=info.mxu_column_size,
+                  topology=make_topology(chip, cores), vmem_reserve=vmem_reserve,
+                  constants=constants or CostConstants.default())

@@ -1,0 +1,268 @@
+"""Cut the streamed weights into bank-sized tiles: the weight-stream schedule.
+
+After ``tile_stream``: every ring-channel weight of every layer and the LM head
+is covered by tiles that fit one bank, exactly once, in consumption order. The
+per-layer tile list is the same for every layer of a stack, so the kernel finds
+tile j of layer l of stack s at flat index ``offset_s + (l - start_s) * n_s + j``
+and its bank at ``flat % num_banks``. Ring protocol: before the first layer the
+kernel starts tiles 0..R-1; after it has consumed tile t it starts tile t+R
+into the bank t just freed, so at most R tiles are in flight or resident and
+the stream runs ahead across op, layer and stack boundaries into the LM head.
+
+Tiles of a [in, out] matrix are row blocks (the matmul accumulates over them);
+a matrix whose sublane-high row block does not fit a bank is cut into column
+blocks first. LM head tiles are column blocks of the vocabulary covering the
+whole contraction, so each finished block is one slice of logits; for a tied
+head the stored [vocab, hidden] embedding is cut into vocabulary row blocks.
+Routed experts are not in the ring: after routing, each selected expert is
+fetched as ``chunks`` intermediate slices (gate/up columns + down rows) through
+K expert slots, slice n of the layer going to slot n % K.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from megakernel.compiler.layout import LANES, itemsize, padded_bytes, round_up, sublanes
+from megakernel.compiler.shard import ShardPlan
+from megakernel.errors import PlanningError
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Rows [row0, row0+rows) x cols [col0, col0+cols) of the per-core weight
+    ``param`` (layer-local name, or global for the LM head). ``transposed``:
+    the weight is stored [out, in] (tied LM head), so rows are outputs."""
+
+    param: str
+    row0: int
+    rows: int
+    col0: int
+    cols: int
+    dtype: str
+    transposed: bool = False
+
+    @property
+    def view(self) -> tuple[int, int]:
+        """Shape of the tile as it sits in its bank (tile-padded)."""
+        return (round_up(self.rows, sublanes(self.dtype)), round_up(self.cols, LANES))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the tile's DMA moves from HBM."""
+        return self.rows * self.cols * itemsize(self.dtype)
+
+    @property
+    def elements(self) -> int:
+        return self.rows * self.cols
+
+
+@dataclass(frozen=True)
+class NodeTiles:
+    """Tiles [first, first + count) of a layer's list belong to op ``node``."""
+
+    node: str
+    first: int
+    count: int
+    nbytes: int
+    elements: int
+
+
+@dataclass(frozen=True)
+class StackStream:
+    """The tiles of one layer of stack ``stack`` (same for all ``count`` layers)."""
+
+    stack: int
+    start: int
+    count: int
+    offset: int
+    tiles: tuple[Tile, ...]
+    node_tiles: tuple[NodeTiles, ...]
+
+    @property
+    def per_layer(self) -> int:
+        return len(self.tiles)
+
+    @property
+    def bytes_per_layer(self) -> int:
+        return sum(n.nbytes for n in self.node_tiles)
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    index: int
+    bank: int
+    layer: int | None    # None for the LM head
+    param: str           # full weight name
+    tile: Tile
+
+
+@dataclass(frozen=True)
+class WeightStream:
+    bank_bytes: int
+    num_banks: int
+    stacks: tuple[StackStream, ...]
+    head: tuple[Tile, ...]
+    head_offset: int
+    head_block: int      # logits columns produced per head block
+    head_bytes: int
+    head_elements: int
+
+    @property
+    def total(self) -> int:
+        return self.head_offset + len(self.head)
+
+    def bank(self, index: int) -> int:
+        return index % self.num_banks
+
+    def expand(self):
+        """The flat ordered stream of one step (for tests and reports)."""
+        for st in self.stacks:
+            for k in range(st.count):
+                for j, tile in enumerate(st.tiles):
+                    i = st.offset + k * st.per_layer + j
+                    yield StreamEntry(i, self.bank(i), st.start + k,
+                                      f"layers.{st.start + k}.{tile.param}", tile)
+        for j, tile in enumerate(self.head):
+            i = self.head_offset + j
+            yield StreamEntry(i, self.bank(i), None, tile.param, tile)
+
+
+@dataclass(frozen=True)
+class ExpertStream:
+    """Expert-slot plan of one MoE node of stack ``stack``: slot k holds
+    gate [hidden, chunk], up [hidden, chunk], down [chunk, hidden] of one slice
+    of one expert; each expert is ``chunks`` slices of ``chunk`` columns."""
+
+    stack: int
+    node: str
+    slots: int
+    chunk: int
+    chunks: int
+    hidden: int
+    experts_local: int
+    max_distinct: int    # worst case distinct experts per layer per core
+    dtype: str
+
+    @property
+    def slot_bytes(self) -> int:
+        return 3 * padded_bytes((self.hidden, self.chunk), self.dtype)
+
+    @property
+    def chunk_dma_bytes(self) -> int:
+        return 3 * self.hidden * self.chunk * itemsize(self.dtype)
+
+    @property
+    def bytes_per_layer(self) -> int:
+        return self.max_distinct * self.chunks * self.chunk_dma_bytes
+
+
+def _spans(extent: int, block: int, quantum: int) -> list[tuple[int, int]]:
+    """Balanced (start, length) blocks of at most ``block`` covering ``extent``."""
+    block = max(min(block, round_up(extent, quantum)), quantum)
+    n = -(-extent // block)
+    size = round_up(-(-extent // n), quantum)
+    return [(s, min(size, extent - s)) for s in range(0, extent, size)]
+
+
+@functools.lru_cache(maxsize=4096)
+def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
+                kind: str = "weight") -> tuple[Tile, ...]:
+    """Tiles of a per-core [rows, cols] matrix for banks of ``bank`` bytes.
+    kind: "weight" (row blocks), "head" (vocab column blocks, whole contraction),
+    "tied_head" (stored [vocab, hidden]: vocab row blocks)."""
+    item, sub = itemsize(dtype), sublanes(dtype)
+    lane_cols, sub_rows = round_up(cols, LANES), round_up(rows, sub)
+    if kind == "weight":
+        if sub * lane_cols * item <= bank:
+            rb, cb = bank // (lane_cols * item) // sub * sub, cols
+        else:
+            cb = max(bank // (sub * item) // LANES * LANES, LANES)
+            rb = bank // (cb * item) // sub * sub
+        row_q, col_q, row_outer = sub, LANES, False
+    elif kind == "head":
+        if sub_rows * LANES * item <= bank:
+            rb, cb = rows, bank // (sub_rows * item) // LANES * LANES
+        else:
+            rb, cb = bank // (LANES * item) // sub * sub, LANES
+        row_q, col_q, row_outer = sub, LANES, False
+    else:
+        if LANES * lane_cols * item <= bank:
+            rb, cb = bank // (lane_cols * item) // LANES * LANES, cols
+        else:
+            rb, cb = LANES, bank // (LANES * item) // LANES * LANES
+        row_q, col_q, row_outer = LANES, LANES, True
+    rspans, cspans = _spans(rows, rb, row_q), _spans(cols, cb, col_q)
+    pairs = ([(r, c) for r in rspans for c in cspans] if row_outer
+             else [(r, c) for c in cspans for r in rspans])
+    return tuple(Tile(name, r0, nr, c0, nc, dtype, kind == "tied_head")
+                 for (r0, nr), (c0, nc) in pairs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _totals(name: str, rows: int, cols: int, dtype: str, bank: int,
+            kind: str = "weight") -> tuple[int, int]:
+    """(DMA bytes, elements) of ``tile_matrix``'s tiles; raises when one does
+    not fit a bank (only possible for banks below a few native tiles)."""
+    tiles = tile_matrix(name, rows, cols, dtype, bank, kind)
+    worst = max(tiles, key=lambda t: t.view[0] * t.view[1])
+    need = padded_bytes(worst.view, dtype)
+    if need > bank:
+        raise PlanningError(f"a {worst.view[0]}x{worst.view[1]} tile of {name} needs {need} "
+                            f"bytes, more than bank_bytes={bank}", path="plan.ring",
+                            hint="raise bank_bytes")
+    return sum(t.nbytes for t in tiles), sum(t.elements for t in tiles)
+
+
+def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStream:
+    stacks, offset = [], 0
+    for st in shard.stacks:
+        tiles: list[Tile] = []
+        nodes: list[NodeTiles] = []
+        for p in st.params:
+            if p.channel != "ring":
+                continue
+            node = p.name.split(".")[0]
+            key = (p.name, *p.shape, p.dtype, bank_bytes)
+            mine = tile_matrix(*key)
+            nbytes, elements = _totals(*key)
+            if nodes and nodes[-1].node == node:
+                n = nodes[-1]
+                nodes[-1] = NodeTiles(node, n.first, n.count + len(mine), n.nbytes + nbytes,
+                                      n.elements + elements)
+            else:
+                nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements))
+            tiles.extend(mine)
+        stacks.append(StackStream(st.stack, st.start, st.count, offset, tuple(tiles),
+                                  tuple(nodes)))
+        offset += st.count * len(tiles)
+    name, kind = ("embed.weight", "tied_head") if shard.tied else ("lm_head.weight", "head")
+    p = shard.global_param(name)
+    key = (p.name, *p.shape, p.dtype, bank_bytes, kind)
+    head = tile_matrix(*key)
+    nbytes, elements = _totals(*key)
+    block = head[0].rows if shard.tied else head[0].cols
+    return WeightStream(bank_bytes, num_banks, tuple(stacks), head, offset, block, nbytes,
+                        elements)
+
+
+def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: int,
+                   chunks: int | None) -> tuple[ExpertStream, ...]:
+    """Slot plans for every MoE node. ``chunks`` slices per expert (rounded to a
+    divisor of the 128-lane groups of the per-core intermediate; None = 1)."""
+    out = []
+    for st in shard.stacks:
+        for node, _ep, _tp, local, width in st.experts:
+            p = st.param(f"{node}.experts_gate")
+            groups = width // LANES
+            c = max(d for d in range(1, groups + 1) if groups % d == 0 and d <= (chunks or 1))
+            out.append(ExpertStream(st.stack, node, slots, width // c, c, p.shape[1], local,
+                                    min(local, rows * top_k[node]), p.dtype))
+    return tuple(out)
+
+
+def chunk_options(width: int) -> list[int]:
+    """Legal slices-per-expert counts for a per-core intermediate ``width``."""
+    groups = width // LANES
+    return [d for d in range(1, groups + 1) if groups % d == 0]

@@ -1,0 +1,146 @@
+"""The acceptance properties of the planner over random models, core counts,
+batch sizes and tokens per step."""
+
+import numpy as np
+from compiler_cases import cached_plan, plan_cases
+from hypothesis import given, settings
+
+from megakernel.compiler.buffers import Space
+from megakernel.compiler.layout import padded_bytes
+from megakernel.compiler.schedule_collectives import overlapping_tiles
+from megakernel.compiler.shard import gather_weights, moe_degrees, shard_model, shard_weights
+from megakernel.ir.config import build
+from megakernel.models.weights import init_weights
+
+
+@settings(max_examples=30)
+@given(plan_cases())
+def test_no_program_point_exceeds_the_vmem_budget(case):
+    plan = cached_plan(*case)
+    m = plan.memory
+    assert m.vmem_total <= m.vmem_budget == plan.target.vmem_budget
+    for p in m.points:
+        assert m.live_vmem(p.index) <= m.vmem_total
+    for b in m.buffers:
+        assert 0 <= b.first <= b.last < len(m.points), b
+        if b.space in (Space.VMEM, Space.HBM):
+            assert b.nbytes == padded_bytes(b.shape, b.dtype), b
+    assert m.smem_total <= plan.target.smem_bytes
+    assert m.buffer("ring.banks").nbytes == m.geometry.num_banks * m.geometry.bank_bytes
+
+
+def _ring_params(plan, model):
+    """Full names of ring-streamed weights, in the model's consumption order."""
+    names = [n for n in model.params() if n.startswith("layers.")
+             and plan.shard.param(n).channel == "ring"]
+    return names + ["embed.weight" if model.tie_embeddings else "lm_head.weight"]
+
+
+@settings(max_examples=30)
+@given(plan_cases())
+def test_stream_delivers_every_weight_byte_once_in_consumption_order(case):
+    plan = cached_plan(*case)
+    model = build(case[0])
+    stream = plan.memory.stream
+    entries = list(stream.expand())
+    assert [e.index for e in entries] == list(range(stream.total))
+    assert all(e.bank == e.index % stream.num_banks for e in entries)
+    order = []
+    for e in entries:
+        if not order or order[-1] != e.param:
+            order.append(e.param)
+    assert order == _ring_params(plan, model)          # each weight once, in order
+    cover = {}
+    for e in entries:
+        shape = plan.shard.param(e.param).shape
+        grid = cover.setdefault(e.param, np.zeros(shape, np.int8))
+        t = e.tile
+        grid[t.row0:t.row0 + t.rows, t.col0:t.col0 + t.cols] += 1
+        assert padded_bytes(t.view, t.dtype) <= stream.bank_bytes
+    for name, grid in cover.items():
+        assert (grid == 1).all(), f"{name} not covered exactly once"
+    # Layers of a stack repeat the same tile list; the stack offsets chain up.
+    offset = 0
+    for s in stream.stacks:
+        assert s.offset == offset
+        offset += s.count * s.per_layer
+    assert stream.head_offset == offset
+    # Every other weight has exactly one other way in.
+    for name, p in plan.shard.full_names():
+        assert p.channel in ("ring", "vector", "experts", "gather", "resident")
+        if p.channel == "vector":
+            buf = next(b for b in plan.memory.buffers if b.name.endswith(f"vec.{p.name}"))
+            assert buf.shape == (2, *p.shape)
+    for e in plan.memory.experts:
+        st = plan.shard.stacks[e.stack]
+        width = next(w for node, *_, w in st.experts if node == e.node)
+        assert e.chunk * e.chunks == width and e.chunk % 128 == 0
+        assert e.max_distinct <= e.experts_local
+
+
+@settings(max_examples=30)
+@given(plan_cases())
+def test_every_collective_lies_between_producer_and_consumer(case):
+    plan = cached_plan(*case)
+    cores = case[1]
+    sites = plan.collectives.sites
+    if cores == 1:
+        assert sites == () and plan.collectives.specs == ()
+        return
+    names = {b.name for b in plan.memory.buffers}
+    for spec in plan.collectives.specs:
+        assert {b.name for b in spec.buffers} <= names
+    for site in sites:
+        assert site.producer_point < site.point < site.consumer_point, site
+        assert site.sum_order == tuple(range(cores))
+        for i in overlapping_tiles(site, plan.memory.stream):
+            assert 0 <= i < plan.memory.stream.total
+    per_layer = [s for s in sites if s.stack is not None]
+    assert len(per_layer) == sum(len(st.reductions) for st in plan.shard.stacks)
+    # Sequence numbers run 0, 1, 2, ... through the step, so parity alternates.
+    seqs = sorted(s.seq_offset + k * s.seq_stride for s in per_layer
+                  for k in range(s.per_step))
+    first = 1 if plan.shard.embed == "vocab" else 0
+    assert seqs == list(range(first, first + len(seqs)))
+    # The ring runs ahead across layers and into the LM head: the tiles in
+    # flight during the last layer's last all-reduce reach past the layer.
+    stream = plan.memory.stream
+    last = max(per_layer, key=lambda s: (s.stack, s.point))
+    ss = stream.stacks[last.stack]
+    flying = overlapping_tiles(last, stream, ss.start + ss.count - 1)
+    layer_end = ss.offset + ss.count * ss.per_layer
+    expected = min(stream.num_banks, stream.total - (layer_end - ss.per_layer + last.overlap_first))
+    assert len(flying) == max(expected, 0)
+    if flying and flying[-1] >= layer_end:
+        assert stream.head_offset <= flying[-1] < stream.total
+
+
+@settings(max_examples=25)
+@given(plan_cases(max_cores=8))
+def test_sharding_then_gathering_reconstructs_the_weights(case):
+    config, devices = case[:2]
+    model = build(config)
+    weights = init_weights(model, seed=1)
+    for ep in sorted({1, max(moe_degrees(model, devices))}):
+        plan = shard_model(model, devices, moe_parallel=ep)
+        per_core = shard_weights(model, plan, weights)
+        for core in per_core:
+            for name, array in core.items():
+                assert array.shape == plan.param(name).shape
+        rebuilt = gather_weights(model, plan, per_core)
+        assert rebuilt.keys() == weights.keys()
+        for name in weights:
+            np.testing.assert_array_equal(rebuilt[name], weights[name], err_msg=name)
+
+
+@settings(max_examples=20)
+@given(plan_cases())
+def test_cost_report_is_consistent(case):
+    plan = cached_plan(*case)
+    c = plan.cost
+    assert "modeled" in c.label
+    assert 0 < c.floor_ms <= c.step_ms
+    assert 0 < c.efficiency <= 1
+    assert np.isclose(c.tokens_per_s_per_user, case[3] / (c.step_ms / 1e3))
+    for e in c.timeline:
+        assert 0 <= e.start_us <= e.end_us <= c.step_ms * 1e3 * (1 + 1e-9)
