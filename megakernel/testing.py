@@ -78,7 +78,7 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
 @dataclass(frozen=True)
 class DecodeCase:
     """One decode call: ``tokens`` [B, T] at ``start`` [B], after a prefill of
-    ``start[b]`` tokens ``prompt[b, :start[b]]``."""
+    ``prompt`` from position 0; only ``prompt[b, :start[b]]`` stays visible."""
 
     prompt: np.ndarray   # [B, max(start)] int32
     start: np.ndarray    # [B] int32
@@ -99,7 +99,9 @@ def decode_cases(draw, model, *, max_batch: int = 8, max_tokens: int = 4,
                      np.int32)
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
-    prompt = rng.integers(0, model.vocab_size, (b, max(int(start.max()), 1)), dtype=np.int32)
+    # A fixed prompt length (positions past start[b] are overwritten by the new
+    # tokens or masked as the future), so every draw reuses one compiled prefill.
+    prompt = rng.integers(0, model.vocab_size, (b, max(ctx, 1)), dtype=np.int32)
     tokens = rng.integers(0, model.vocab_size, (b, t), dtype=np.int32)
     return DecodeCase(prompt, start, tokens)
 
@@ -111,3 +113,136 @@ def replace(config: ModelConfig, **changes) -> ModelConfig:
     if moe_changes:
         top["moe"] = dataclasses.replace(config.moe, **moe_changes)
     return dataclasses.replace(config, **top)
+
+
+# ---------------------------------------------------------------------------
+# Checking one drawn case through the generated kernel.
+
+# Test-only fault injection: (description, text in kernel.py, replacement).
+# Used to prove that the property check catches a broken kernel and shrinks it.
+FAULTS = {
+    "skip_attention_residual": ("the attention residual add is dropped",
+                                "t_x_mid = t_x + t_attn_out", "t_x_mid = t_x"),
+}
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    batch: int
+    tokens: int
+    max_rel_err: float
+    token_agreement: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.token_agreement == 1.0 and self.max_rel_err <= self.tolerance
+
+
+_MODULES: dict = {}
+_RUNNERS: dict = {}
+
+
+def _kernel_module(model, plan, fault: str | None):
+    """Compile (once per plan digest and fault) and import the kernel module."""
+    import tempfile
+    from pathlib import Path
+
+    from megakernel.backends.pallas_tpu import compile_model, load
+
+    key = (plan.digest(), fault)
+    if key not in _MODULES:
+        path = Path(compile_model(model, plan, tempfile.mkdtemp(prefix="mk-case-")))
+        if fault is not None:
+            _, old, new = FAULTS[fault]
+            text = path.read_text()
+            if old not in text:
+                raise ValueError(f"fault {fault!r} does not apply to this kernel")
+            path.write_text(text.replace(old, new))
+        _MODULES[key] = load.import_module(path)
+    return _MODULES[key]
+
+
+def check_case(model, case: DecodeCase, *, devices: int = 1, seed: int = 0,
+               fault: str | None = None) -> CaseResult:
+    """Prefill with the reference, decode ``case`` through the generated kernel in
+    interpret mode, and compare tokens and logits with the reference."""
+    import jax.numpy as jnp
+
+    from megakernel.backends.pallas_tpu import run
+    from megakernel.compiler.pipeline import plan_model
+    from megakernel.models import reference
+    from megakernel.models.weights import init_weights
+
+    b, t = case.tokens.shape
+    plan = plan_model(model, devices=devices, batch=b, tokens=t)
+    weights = init_weights(model, seed)
+    w = reference.as_jax(weights)
+    caches = reference.init_caches(model, b)
+    _, caches = reference.decode_step_jit(model, w, jnp.asarray(case.prompt),
+                                          jnp.zeros((b,), jnp.int32), caches)
+    # One runner per plan: its jitted step and packed weights are reused, so a
+    # shrinking search costs one interpret-mode call per case.
+    key = (plan.digest(), fault, seed)
+    if key not in _RUNNERS:
+        _RUNNERS[key] = run.KernelRunner(_kernel_module(model, plan, fault), model, plan,
+                                         weights, run.make_mesh(devices), run.interpret_params())
+    runner = _RUNNERS[key]
+    runner.set_caches({k: np.asarray(v) for k, v in caches.items()})
+    ref_logits, _ = reference.decode_step_jit(model, w, jnp.asarray(case.tokens),
+                                              jnp.asarray(case.start), caches)
+    ref_logits = np.asarray(ref_logits)
+    got_tokens, got_logits = runner.step(case.tokens, case.start)
+    scale = 1.0 + float(np.max(np.abs(ref_logits)))
+    return CaseResult(b, t, float(np.max(np.abs(got_logits - ref_logits))) / scale,
+                      float(np.mean(got_tokens == ref_logits.argmax(-1))),
+                      run.TOL[model.dtype.value])
+
+
+def assert_case(model, case: DecodeCase, **kw) -> None:
+    """``check_case`` as an assertion, for a user's hypothesis test."""
+    result = check_case(model, case, **kw)
+    assert result.ok, (f"kernel disagrees with the reference: {result} for start="
+                       f"{case.start.tolist()} tokens={case.tokens.tolist()}")
+
+
+def check_examples(model, *, examples: int = 10, devices: int = 1, max_batch: int = 4,
+                   max_tokens: int = 2, fault: str | None = None,
+                   shrink_budget: int = 25) -> str:
+    """Property-check ``examples`` drawn cases; a failure raises CheckError with
+    hypothesis' shrunk counterexample in the message.
+
+    Each case is an interpret-mode kernel run, so shrinking gets a budget: after
+    ``shrink_budget`` tries past the first failure, only the smallest failure
+    found so far still fails, which ends the search there."""
+    from hypothesis import given, settings
+
+    from megakernel.errors import CheckError
+
+    seen: list[str] = []
+    state = {"tries": 0, "best": None}
+
+    def key(case):
+        return (case.batch, case.tokens.shape[1], case.start.tolist(), case.tokens.tolist())
+
+    @settings(max_examples=examples, deadline=None, database=None, print_blob=False)
+    @given(decode_cases(model, max_batch=max_batch, max_tokens=max_tokens,
+                        max_context=min(model.max_seq_len, 64)))
+    def prop(case):
+        if state["best"] is not None:
+            state["tries"] += 1
+            if state["tries"] > shrink_budget and key(case) != state["best"]:
+                return
+        try:
+            assert_case(model, case, devices=devices, fault=fault)
+        except AssertionError:
+            if state["best"] is None or key(case) < state["best"]:
+                state["best"] = key(case)
+            raise
+        seen.append(f"B={case.batch} T={case.tokens.shape[1]} start={case.start.tolist()}")
+
+    try:
+        prop()
+    except AssertionError as err:
+        raise CheckError(f"counterexample after shrinking: {err}", path=model.name) from None
+    return f"{len(seen)} drawn case(s) agree with the reference:\n  " + "\n  ".join(seen)
