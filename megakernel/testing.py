@@ -246,3 +246,38 @@ def check_examples(model, *, examples: int = 10, devices: int = 1, max_batch: in
     except AssertionError as err:
         raise CheckError(f"counterexample after shrinking: {err}", path=model.name) from None
     return f"{len(seen)} drawn case(s) agree with the reference:\n  " + "\n  ".join(seen)
+
+
+def check_hf_fixture(folder, *, devices: int = 1) -> list[tuple[str, float]]:
+    """Decode a Hugging Face fixture (``tests/fixtures/hf/*``) through generated
+    kernels: a T0-token prefill, then two 1-token steps, each compared with the
+    logits transformers wrote. Returns (step, max |err| / logit scale) pairs."""
+    from pathlib import Path
+
+    from megakernel.backends.pallas_tpu import run
+    from megakernel.compiler.pipeline import plan_model
+    from megakernel.ir.config import build
+    from megakernel.models import reference
+    from megakernel.models.checkpoint import load_checkpoint
+    from megakernel.models.hf import from_hf
+
+    folder = Path(folder)
+    model = build(from_hf(folder, dtype="float32"))
+    weights = load_checkpoint(folder, model)
+    exp = np.load(folder / "expected.npz")
+    b, t0 = exp["prefill_ids"].shape
+    steps = [("prefill", exp["prefill_ids"], 0, exp["logits_prefill"])] + [
+        (f"decode_{i}", exp[f"decode_ids_{i}"], t0 + i - 1, exp[f"logits_decode_{i}"])
+        for i in (1, 2)]
+    caches = {k: np.asarray(v) for k, v in reference.init_caches(model, b).items()}
+    out = []
+    for name, ids, start, expected in steps:
+        plan = plan_model(model, devices=devices, batch=b, tokens=ids.shape[1])
+        runner = run.KernelRunner(_kernel_module(model, plan, None), model, plan, weights,
+                                  run.make_mesh(devices), run.interpret_params())
+        runner.set_caches(caches)
+        _, logits = runner.step(np.asarray(ids, np.int32), np.full((b,), start, np.int32))
+        caches = runner.caches()
+        scale = float(np.max(np.abs(expected)))
+        out.append((name, float(np.max(np.abs(logits - expected))) / scale))
+    return out

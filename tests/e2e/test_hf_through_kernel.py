@@ -1,0 +1,17 @@
+"""The Hugging Face fixtures decode through the generated kernel and match the
+logits transformers wrote (1e-4 relative to the logit scale)."""
+
+from pathlib import Path
+
+import pytest
+
+from megakernel.testing import check_hf_fixture
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf"
+
+
+@pytest.mark.parametrize("family, devices", [
+    ("llama", 1), ("qwen2", 2), ("qwen3", 2), ("qwen3_moe", 2), ("mixtral", 1)])
+def test_fixture_through_kernel(family, devices):
+    for step, err in check_hf_fixture(FIXTURES / family, devices=devices):
+        assert err <= 1e-4, f"{family} {step}: max error {err:.2e} of the logit scale"
