@@ -1,0 +1,104 @@
+"""AOT: compile the generated kernel for a real TPU topology from shapes only.
+
+``jax.jit(step).trace(*ShapeDtypeStructs).lower().compile()`` runs Mosaic and
+the TPU backend (libtpu) with no TPU and no weights. Mosaic errors are
+re-raised as EmitError pointing at the generated source line and IR node. The
+compiler's scoped VMEM use is read from ``compiled.as_text()``
+(``used_scoped_memory_configs`` on the kernel's custom call) and reported next
+to the plan's VMEM total.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from megakernel.errors import EmitError
+
+# Compiling from shapes needs no TPU: let several processes (parallel tests,
+# colleagues' tools) load libtpu instead of failing on its lockfile.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
+@dataclass(frozen=True)
+class AotResult:
+    vmem_used_bytes: int | None      # the compiler's scoped VMEM use of the kernel
+    vmem_limit_bytes: int | None
+    plan_vmem_bytes: int             # MemoryPlan.vmem_total
+    compile_seconds: float
+    topology: str
+    copies: tuple[str, ...] = ()     # XLA copies around the kernel (should be none)
+
+    def summary(self) -> str:
+        mib = 2**20
+        used = "?" if self.vmem_used_bytes is None else f"{self.vmem_used_bytes / mib:.2f}"
+        return (f"{self.topology}: compiled in {self.compile_seconds:.1f}s; VMEM used {used} "
+                f"MiB (compiler) vs {self.plan_vmem_bytes / mib:.2f} MiB (plan)")
+
+
+def topology_mesh(topology: str, cores: int):
+    from jax.experimental import topologies
+
+    devices = topologies.get_topology_desc(topology_name=topology, platform="tpu").devices
+    if len(devices) < cores:
+        raise EmitError(f"topology {topology} has {len(devices)} TensorCores, the plan needs "
+                        f"{cores}", path="aot.topology")
+    return jax.sharding.Mesh(np.array(devices[:cores]), ("x",))
+
+
+def scoped_vmem(compiled) -> tuple[int | None, int | None]:
+    """(used, limit) bytes of the Mosaic custom call, from the HLO text (the
+    first scoped-memory configs after ``custom_call_target="tpu_custom_call"``)."""
+    text = compiled.as_text()
+    used = limit = None
+    for hit in re.finditer(r'custom_call_target="tpu_custom_call"', text):
+        tail = text[hit.end():]
+        u = re.search(r'"used_scoped_memory_configs":\[\{[^]]*"size":"(\d+)"\}\]', tail)
+        lim = re.search(r'"scoped_memory_configs":\[\{[^]]*"size":"(\d+)"\}\]', tail)
+        if u:
+            used = max(used or 0, int(u.group(1)))
+        if lim:
+            limit = max(limit or 0, int(lim.group(1)))
+    return used, limit
+
+
+def hbm_copies(compiled) -> list[str]:
+    """Whole-array copies XLA inserted around the kernel (layout changes or
+    lost aliasing): each is an extra HBM pass per step."""
+    return [ln.split("=")[0].strip() + " " + ln.split("=")[1].split("{")[0].strip()
+            for ln in compiled.as_text().splitlines()
+            if " copy(" in ln and "ENTRY" not in ln]
+
+
+def aot_compile(out_dir_or_module, plan, *, topology: str = "tpu7x:2x2x1",
+                with_logits: bool = False) -> AotResult:
+    from megakernel.backends.pallas_tpu import load
+
+    module = out_dir_or_module
+    if isinstance(module, (str, Path)):
+        path = Path(module)
+        module = load.import_module(path / "kernel.py" if path.is_dir() else path)
+    mesh = topology_mesh(topology, plan.shard.cores)
+    args = []
+    for (_, shape, dtype, _), sharded in zip(module.INPUTS, module.SHARDED):
+        shape = (shape[0] * plan.shard.cores, *shape[1:]) if sharded else shape
+        spec = P("x") if sharded else P()
+        args.append(jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec)))
+    t0 = time.perf_counter()
+    try:
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            step = module.make_step(mesh, interpret=False, with_logits=with_logits)
+            compiled = step.trace(*args).lower().compile()
+    except Exception as err:  # noqa: BLE001 - re-raised with the generated location
+        raise load.located(err, module.__file__, f"AOT compile for {topology}") from err
+    seconds = time.perf_counter() - t0
+    used, limit = scoped_vmem(compiled)
+    return AotResult(used, limit, plan.memory.vmem_total, seconds, topology,
+                     tuple(hbm_copies(compiled)))

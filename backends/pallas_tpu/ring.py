@@ -1,0 +1,179 @@
+"""The weight ring and the per-layer vector double buffers of the megakernel.
+
+The weight ring (``Stream``): every streamed tile has a flat index t in one
+step; it lives in bank ``t % R``. The prologue starts tiles 0..R-1; after tile
+t is consumed, tile t+R is started into the bank just freed, which may belong
+to a later op, the next layer, the next stack or the LM head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Rows [r0, r0+rows) x cols [c0, c0+cols) of one streamed weight."""
+
+    ref: int          # index into the segment's weight refs
+    r0: int
+    rows: int
+    c0: int
+    cols: int
+    bank: int = 0     # 0: the main ring; i > 0: auxiliary ring i-1 (unaligned shape)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The ring tiles of one stack layer (``count`` layers) or of the LM head
+    (``count`` = 1, unlayered)."""
+
+    offset: int
+    count: int
+    tiles: tuple[Tile, ...]
+    layered: bool = True
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.count * len(self.tiles)
+
+
+class Stream:
+    """The weight ring over ``segments`` (stacks in order, then the head)."""
+
+    def __init__(self, banks, sems, num_banks, segments, refs, aux=()):
+        self.banks, self.sems, self.R = banks, sems, num_banks
+        self.segments, self.refs = segments, refs      # refs[s][i]: HBM weight
+        # aux[i]: [R, rows, cols] ring of one tile shape that is not tile
+        # aligned (a DMA into a corner of the main banks must be aligned).
+        self.aux = aux
+
+    def _pieces(self, tile):
+        """(col offset, width) of the column pieces of a main-ring tile: a
+        tile wider than the bank is folded, piece i in bank rows
+        [i*rows, (i+1)*rows), so every bank holds bank_bytes whatever the
+        tile's orientation."""
+        if tile.bank:
+            return [(0, tile.cols)]
+        width = self.banks.shape[2]
+        return [(c, min(width, tile.cols - c)) for c in range(0, tile.cols, width)]
+
+    def _dsts(self, tile, slot):
+        if tile.bank:
+            return [self.aux[tile.bank - 1].at[slot]]
+        return [self.banks.at[slot, pl.ds(i * tile.rows, tile.rows), pl.ds(0, w)]
+                for i, (_, w) in enumerate(self._pieces(tile))]
+
+    def _copy(self, s, layer, j, flat):
+        seg, tile = self.segments[s], self.segments[s].tiles[j]
+        src = self.refs[s][tile.ref]
+        if seg.layered:
+            src = src.at[layer]
+        slot = flat % self.R
+        srcs = [src.at[pl.ds(tile.r0, tile.rows), pl.ds(tile.c0 + c, w)]
+                for c, w in self._pieces(tile)]
+        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot])
+                        for a, b in zip(srcs, self._dsts(tile, slot))])
+
+    def _static(self, flat):
+        """(segment, layer, tile) of a static flat index."""
+        for s, seg in enumerate(self.segments):
+            if flat < seg.end:
+                k, j = divmod(flat - seg.offset, len(seg.tiles))
+                return s, k, j
+        raise IndexError(flat)
+
+    def _start_static(self, flat):
+        s, k, j = self._static(flat)
+        self._copy(s, k, j, flat).start()
+
+    def total(self):
+        return self.segments[-1].end
+
+    def prologue(self):
+        for flat in range(min(self.R, self.total())):
+            self._start_static(flat)
+
+    def flat(self, s, k, j):
+        seg = self.segments[s]
+        return seg.offset + k * len(seg.tiles) + j
+
+    def consume(self, s, k, j, fn):
+        """Wait for tile j of layer k of segment s, return ``fn(pieces)``
+        with pieces = [(col offset in the tile, bank ref view)], then start
+        the tile R places ahead into the same bank. ``fn`` reads the bank
+        through refs (bounded loads, no whole-tile value to spill)."""
+        tile = self.segments[s].tiles[j]
+        flat = self.flat(s, k, j)
+        self._copy(s, k, j, flat).wait()
+        dsts = self._dsts(tile, flat % self.R)
+        out = fn([(c, d) for (c, _), d in zip(self._pieces(tile), dsts)])
+        self._refill(s, k, j)
+        return out
+
+    def _refill(self, s, k, j):
+        seg, n = self.segments[s], len(self.segments[s].tiles)
+        ahead, j2 = divmod(j + self.R, n)
+        if not seg.layered:          # head: k is static
+            nxt = seg.offset + j + self.R
+            if nxt < self.total():
+                self._start_static(nxt)
+            return
+        flat = self.flat(s, k, j) + self.R
+        if ahead == 0:
+            self._copy(s, k, j2, flat).start()
+            return
+
+        @pl.when(k + ahead < seg.count)
+        def _():
+            self._copy(s, k + ahead, j2, flat).start()
+
+        # Past this stack: the first R flat tiles after its end are static.
+        past = flat - seg.end
+        for e in range(min(self.R, self.total() - seg.end)):
+            @pl.when(past == e)
+            def _():
+                self._start_static(seg.end + e)
+
+
+class _Copies:
+    """Several DMAs (the pieces of one tile) started and waited together."""
+
+    def __init__(self, copies):
+        self.copies = copies
+
+    def start(self):
+        for c in self.copies:
+            c.start()
+
+    def wait(self):
+        for c in self.copies:
+            c.wait()
+
+
+class Vectors:
+    """Per-layer vectors of one stack, double-buffered by layer parity:
+    hbm[i] is [L, 1, n_i], buf[i] is [2, 1, n_i], sems is [2, len]."""
+
+    def __init__(self, hbm, bufs, sems):
+        self.hbm, self.bufs, self.sems = hbm, bufs, sems
+
+    def _copies(self, k):
+        p = k % 2
+        return [pltpu.make_async_copy(h.at[k], b.at[p], self.sems.at[p, i])
+                for i, (h, b) in enumerate(zip(self.hbm, self.bufs))]
+
+    def start(self, k):
+        for c in self._copies(k):
+            c.start()
+
+    def wait(self, k):
+        for c in self._copies(k):
+            c.wait()
+
+    def get(self, i, k):
+        return self.bufs[i][k % 2].astype(jnp.float32)      # [1, n]

@@ -1,0 +1,159 @@
+"""Check: run the generated kernel in TPU interpret mode against the reference.
+
+The reference prefills the caches from a random prompt; they are converted to
+the kernel's layout; then ``steps`` decode steps run at advancing positions
+(row b of the batch starts ``b`` positions later, so rows differ), comparing
+each step's greedy tokens, logits (per-dtype tolerance) and caches. Both sides
+are fed the reference's tokens, so one disagreement does not cascade.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from megakernel.backends.pallas_tpu import pack
+from megakernel.errors import CheckError
+from megakernel.models import reference
+
+# Logits pass when max|kernel - reference| <= TOL * (1 + max|reference logits|),
+# per weight dtype (``CheckResult.tolerance`` holds the absolute bound).
+TOL = {"float32": 2e-4, "bfloat16": 3e-2}
+
+
+@dataclass
+class CheckResult:
+    max_abs_err: float            # max |kernel - reference| logits, over all steps
+    token_agreement: float        # fraction of greedy tokens equal to the reference
+    cache_max_err: float
+    steps: int
+    seconds: float
+    races: bool = False
+    tolerance: float = 0.0
+    errors: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (self.token_agreement == 1.0 and not self.races
+                and self.max_abs_err <= self.tolerance)
+
+
+def interpret_params(**kw):
+    """Strict interpret mode: race detector with enough clock slots to see DMA
+    races, out-of-bounds reads raise, uninitialised memory is NaN."""
+    base = dict(detect_races=True, out_of_bounds_reads="raise", uninitialized_memory="nan",
+                dma_execution_mode="on_wait", vector_clock_size=64)
+    base.update(kw)
+    return pltpu.InterpretParams(**base)
+
+
+def races_found() -> bool:
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+
+    return bool(ipc.races is not None and ipc.races.races_found)
+
+
+def make_mesh(n: int):
+    devices = jax.devices()[:n]
+    if len(devices) < n:
+        raise CheckError(f"need {n} devices, found {len(devices)}", path="check.devices",
+                         hint="set XLA_FLAGS=--xla_force_host_platform_device_count=N")
+    return jax.sharding.Mesh(np.array(devices), ("x",))
+
+
+class KernelRunner:
+    """Holds the device-resident packed weights and caches of one kernel."""
+
+    def __init__(self, module, model, plan, weights, mesh, interpret, with_logits=True):
+        self.model, self.plan, self.mesh, self.module = model, plan, mesh, module
+        self.ops = pack.operands(model, plan)
+        self.step_fn = module.make_step(mesh, interpret=interpret, with_logits=with_logits)
+        packed = pack.pack_weights(model, plan, weights)
+        self.arrays = {o.name: self._put(o, packed[o.name]) for o in self.ops if o.name in packed}
+
+    def _put(self, op, array):
+        spec = P("x") if op.sharded else P()
+        return jax.device_put(jnp.asarray(array), NamedSharding(self.mesh, spec))
+
+    def set_caches(self, caches):
+        packed = pack.pack_caches(self.model, self.plan, caches)
+        for o in self.ops:
+            if o.role == "cache":
+                self.arrays[o.name] = self._put(o, packed[o.name])
+
+    def caches(self):
+        return pack.unpack_caches(self.model, self.plan, {
+            o.name: np.asarray(self.arrays[o.name]) for o in self.ops if o.role == "cache"})
+
+    def step(self, tokens, start_pos):
+        """-> (next tokens [B, T], logits [B, T, V] or None); caches updated."""
+        tok, start = pack.step_inputs(self.plan, tokens, start_pos)
+        self.arrays["tokens"] = self._put(self.ops[0], tok)
+        self.arrays["start_pos"] = self._put(self.ops[1], start)
+        try:
+            outs = self.step_fn(*[self.arrays[o.name] for o in self.ops])
+        except Exception as err:  # noqa: BLE001 - re-raised naming the generated line
+            from megakernel.backends.pallas_tpu import load
+
+            raise load.located(err, self.module.__file__, "interpret-mode step") from err
+        caches = [o for o in self.ops if o.role == "cache"]
+        for o, arr in zip(caches, outs[1:1 + len(caches)]):
+            self.arrays[o.name] = arr
+        b, t = np.asarray(tokens).shape
+        rows = self.plan.memory.rows
+        nxt = np.asarray(outs[0])[:rows, 0].reshape(b, t)
+        logits = None
+        if len(outs) > 1 + len(caches):
+            logits = pack.logits_from(self.plan, np.asarray(outs[-1]), b, t)
+        return nxt, logits
+
+
+def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, out_dir=None,
+          interpret=None, prompt: int = 3) -> CheckResult:
+    """Run ``steps`` decode steps of the kernel against the reference."""
+    from megakernel.backends.pallas_tpu import compile_model, load
+
+    if module is None:
+        import tempfile
+
+        module = load.import_module(compile_model(model, plan, out_dir or tempfile.mkdtemp()))
+    b, t = plan.request.batch, plan.request.tokens
+    interpret = interpret if interpret is not None else interpret_params()
+    t0 = time.perf_counter()
+    runner = KernelRunner(module, model, plan, weights, make_mesh(plan.shard.cores), interpret)
+    w = reference.as_jax(weights)
+    rng = np.random.default_rng(seed)
+    caches = reference.init_caches(model, b)
+    prompt_tokens = jnp.asarray(rng.integers(0, model.vocab_size, (b, prompt)), jnp.int32)
+    logits, caches = reference.decode_step_jit(model, w, prompt_tokens,
+                                               jnp.zeros((b,), jnp.int32), caches)
+    runner.set_caches({k: np.asarray(val) for k, val in caches.items()})
+    tokens = np.asarray(rng.integers(0, model.vocab_size, (b, t)), np.int32)
+    start = prompt + np.arange(b, dtype=np.int32)
+    errs, agree, cache_err, scale = [], [], 0.0, 0.0
+    for _ in range(steps):
+        ref_logits, caches = reference.decode_step_jit(model, w, jnp.asarray(tokens),
+                                                       jnp.asarray(start), caches)
+        ref_logits = np.asarray(ref_logits)
+        nxt, got = runner.step(tokens, start)
+        if races_found():
+            return CheckResult(float("inf"), 0.0, float("inf"), steps,
+                               time.perf_counter() - t0, True, 0.0)
+        ref_tok = ref_logits.argmax(-1)
+        agree.append(float(np.mean(nxt == ref_tok)))
+        scale = max(scale, float(np.max(np.abs(ref_logits))))
+        errs.append(float(np.max(np.abs(got - ref_logits))))
+        kc = runner.caches()
+        cache_err = max(cache_err, max(float(np.max(np.abs(
+            kc[name].astype(np.float32) - np.asarray(ref).astype(np.float32))))
+            for name, ref in caches.items()))
+        tokens, start = ref_tok.astype(np.int32), start + t
+    tol = TOL[model.dtype.value] * (1.0 + scale)
+    return CheckResult(max(errs), float(np.mean(agree)), cache_err, steps,
+                       time.perf_counter() - t0, False, tol, errs)

@@ -1,0 +1,187 @@
+"""Kernel-side building blocks the generated megakernel calls (as ``rt``).
+
+Everything here runs while the Pallas kernel is traced: refs are VMEM/SMEM/HBM
+refs, values are [rows_padded, width] f32 arrays. Sizes arrive as literals from
+the generated module (computed by ``emit.py`` from the plan). The weight ring
+and per-layer vectors are in ``ring.py``, the remote-DMA collectives in
+``collectives.py``; both are re-exported here so generated code needs one name.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
+    all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
+from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors  # noqa: F401
+
+NEG_INF = float("-inf")
+
+
+ROW_CHUNK = 512   # weight rows loaded per MXU pass: bounds the live weight value
+
+
+def matmul(x, w):
+    """x @ w in w's dtype, f32 accumulation (the reference's ``matmul``)."""
+    return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
+
+
+def matmul_ref(x, w_ref):
+    """x @ w_ref[...] reading the weight ref in row chunks."""
+    rows = w_ref.shape[0]
+    acc = None
+    for r in range(0, rows, ROW_CHUNK):
+        n = min(ROW_CHUNK, rows - r)
+        part = matmul(x[:, r:r + n], w_ref[pl.ds(r, n), :])
+        acc = part if acc is None else acc + part
+    return acc
+
+
+def matmul_t(x, w):
+    """x @ w.T (tied LM head tiles are stored [vocab, hidden])."""
+    return jax.lax.dot_general(x.astype(w.dtype), w, (((1,), (1,)), ((), ())),
+                               preferred_element_type=jnp.float32)
+
+
+def ring_linear(stream, s, k, x, tiles, out_cols, first):
+    """y[:, c0:c0+cols] (+)= x[:, r0:r0+rows] @ tile, over static tiles
+    ``first .. first+len(tiles)`` of segment s (row blocks accumulate)."""
+    blocks = {}
+    for j, t in enumerate(tiles):
+        xs = x[:, t.r0:t.r0 + t.rows]
+        parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
+            ((t.c0 + c, w.shape[1]), matmul_ref(xs, w)) for c, w in pieces])
+        for key, part in parts:
+            blocks[key] = part if key not in blocks else blocks[key] + part
+    cols = sorted(blocks)
+    out = [blocks[c] for c in cols]
+    assert sum(c[1] for c in cols) == out_cols
+    return out[0] if len(out) == 1 else jnp.concatenate(out, axis=-1)
+
+
+def rmsnorm(x, scale, dim, eps, offset):
+    """Groups of ``dim`` features normalised by their rms, times (offset+)scale."""
+    scale = scale + 1.0 if offset else scale
+    outs = []
+    for g in range(x.shape[-1] // dim):
+        h = x[:, g * dim:(g + 1) * dim]
+        h = h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + eps)
+        outs.append(h * scale[:, :dim] if scale.shape[-1] == dim
+                    else h * scale[:, g * dim:(g + 1) * dim])
+    return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-1)
+
+
+def positions(start_ref, rows_padded, batch, tokens):
+    """[rows_padded, 1] int32: start_pos[r // T] + r % T (0 for pad rows)."""
+    row = jax.lax.broadcasted_iota(jnp.int32, (rows_padded, 1), 0)
+    pos = jnp.zeros((rows_padded, 1), jnp.int32)
+    for b in range(batch):
+        pos = jnp.where(row // tokens == b, start_ref[b] + row % tokens, pos)
+    return pos
+
+
+def rope(x, pos, inv_freq, heads, head_dim, rotary_dim):
+    """Rotate-half RoPE of the first ``rotary_dim`` features of each head;
+    inv_freq is [1, rotary_dim // 2] f32."""
+    half = rotary_dim // 2
+    angle = pos.astype(jnp.float32) * inv_freq                      # [rows, half]
+    cos, sin = jnp.cos(angle), jnp.sin(angle)
+    outs = []
+    for h in range(heads):
+        base = h * head_dim
+        x1 = x[:, base:base + half]
+        x2 = x[:, base + half:base + rotary_dim]
+        parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+        if rotary_dim < head_dim:
+            parts.append(x[:, base + rotary_dim:base + head_dim])
+        outs.extend(parts)
+    return jnp.concatenate(outs, axis=-1)
+
+
+def activation(kind, x):
+    if kind == "silu":
+        return x * jax.nn.sigmoid(x)
+    if kind == "gelu":
+        return jax.nn.gelu(x, approximate=False)
+    return jax.nn.gelu(x, approximate=True)
+
+
+def block_argmax(logits, valid):
+    """(max [rows,1], first index [rows,1]) over columns < valid (dynamic)."""
+    col = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
+    masked = jnp.where(col < valid, logits, NEG_INF)
+    m = jnp.max(masked, axis=-1, keepdims=True)
+    idx = jnp.min(jnp.where(masked == m, col, jnp.int32(2**30)), axis=-1, keepdims=True)
+    return m, idx
+
+
+def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded):
+    """Embedding rows of this core's vocabulary slice by token id (SMEM).
+    Row r's token arrives in blocks[r] inside its aligned block of A rows
+    (blocks is [rows_padded, A, H]) and is picked by a masked sum; rows of
+    tokens another core owns stay zero (the all-reduce fills them)."""
+    align, hidden = blocks.shape[1], blocks.shape[2]
+    blocks[...] = jnp.zeros(blocks.shape, blocks.dtype)
+
+    def local(r):
+        return tokens[r] - me * stride
+
+    def each_owned(fn):
+        for r in range(rows):
+            @pl.when((local(r) >= 0) & (local(r) < stride))
+            def _():
+                base = pl.multiple_of(local(r) // align * align, align)
+                fn(pltpu.make_async_copy(embed.at[pl.ds(base, align)], blocks.at[r],
+                                         sem.at[0]))
+
+    each_owned(lambda c: c.start())
+    each_owned(lambda c: c.wait())
+    sub = jax.lax.broadcasted_iota(jnp.int32, (align, hidden), 0)
+    row = jax.lax.broadcasted_iota(jnp.int32, (rows_padded, hidden), 0)
+    x = jnp.zeros((rows_padded, hidden), jnp.float32)
+    for r in range(rows):
+        pick = jnp.where(sub == local(r) % align, blocks[r].astype(jnp.float32), 0.0)
+        x = jnp.where(row == r, jnp.sum(pick, axis=0, keepdims=True), x)
+    return x
+
+
+def lm_head(stream, s, xn, tied, logits_ref, valid, base):
+    """Logits blocks from the head tiles; running (max, first global index)
+    over the valid vocabulary columns of this core."""
+    seg = stream.segments[s]
+    blocks = {}
+    def use(pieces, t):
+        if tied:      # stored [vocab, hidden]: rows are vocabulary entries
+            return [((t.r0, t.rows), matmul_t(xn[:, t.c0 + c:t.c0 + c + w.shape[1]], w[...]))
+                    for c, w in pieces]
+        return [((t.c0 + c, w.shape[1]), matmul_ref(xn[:, t.r0:t.r0 + t.rows], w))
+                for c, w in pieces]
+
+    for j, t in enumerate(seg.tiles):
+        for key, part in stream.consume(s, 0, j, lambda p, t=t: use(p, t)):
+            blocks.setdefault(key, []).append(part)
+    best = None
+    for (c0, cols), parts in blocks.items():
+        blk = parts[0]
+        for p in parts[1:]:
+            blk = blk + p
+        if logits_ref is not None:
+            logits_ref[:, c0:c0 + cols] = blk
+        m, idx = block_argmax(blk, valid - c0)
+        cand = (m, idx + c0 + base)
+        best = cand if best is None else merge_argmax(best, cand)
+    return best
+
+
+def ring_matrix(stream, s, k, tiles, first):
+    """A whole (small) weight assembled from its ring tiles, as a value."""
+    rows = {}
+    for j, t in enumerate(tiles):
+        got = stream.consume(s, k, first + j, lambda p: [(c, w[...]) for c, w in p])
+        rows.setdefault(t.r0, []).extend((t.c0 + c, w) for c, w in got)
+    out = [jnp.concatenate([w for _, w in sorted(r)], axis=-1) if len(r) > 1 else r[0][1]
+           for _, r in sorted(rows.items())]
+    return out[0] if len(out) == 1 else jnp.concatenate(out, axis=0)

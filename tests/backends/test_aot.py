@@ -1,0 +1,21 @@
+"""AOT compile of the generated kernel for TPU7x (needs libtpu)."""
+
+import pytest
+
+from megakernel.backends import pallas_tpu as backend
+from megakernel.compiler.pipeline import plan_model
+from megakernel.models import zoo
+
+pytest.importorskip("libtpu")
+
+
+@pytest.mark.aot
+@pytest.mark.parametrize("name,devices", [("tiny-dense", 2), ("tiny-moe", 4)])
+def test_compiles_for_tpu7x(name, devices, tmp_path):
+    model = zoo.model(name)
+    plan = plan_model(model, devices=devices, batch=2, tokens=1)
+    backend.compile_model(model, plan, tmp_path)
+    result = backend.aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")
+    assert result.vmem_used_bytes is not None and result.vmem_used_bytes > 0
+    assert result.vmem_used_bytes <= result.vmem_limit_bytes
+    assert result.plan_vmem_bytes == plan.memory.vmem_total
