@@ -1,0 +1,1 @@
+"""Benchmarks of the planner and the Pallas TPU backend (``make bench``)."""

@@ -1,0 +1,361 @@
+"""``make bench``: plan, generate, compile and check every zoo model; one table.
+
+    python -m bench.run [--budget SECONDS] [--models a,b] [--no-aot]
+
+Per model (batch 1) it times, with ``time.perf_counter``, the planner, code
+generation, the real TPU7x AOT compile (when libtpu is importable; shapes
+only, so full-size models compile), an interpret-mode check (tiny models
+only) and a trace-mode step (tiny models only: both run the kernel in the
+Pallas interpreter on this CPU). Beside those it prints the cost model's step
+time, HBM floor and efficiency (labelled modeled), the compiled VMEM against
+the plan's, the bytes the traced kernel moved against the minimum, the
+synchronised-ops ablation (``bench/timeline.py``) and the AOT compile time of
+qwen3-32b against the same model cut to 4 layers.
+
+Each model runs in its own worker process (``--worker``) under a share of the
+time budget, writing its record after every stage, so one slow or crashing
+stage costs only its own cells. Any stage that fails or is missing prints its
+error in its cell; no number is ever filled in for it.
+
+Outputs: ``bench/results/bench.json`` and ``bench/results/timeline.png``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+FORMAT = "megakernel.bench/1"
+
+# (zoo name, TensorCores); all at batch 1.
+MODELS = (("tiny-dense", 1), ("tiny-moe", 1), ("llama-3.2-1b", 1), ("qwen3-8b", 4),
+          ("qwen3-32b", 8), ("qwen3-30b-a3b", 8), ("mixtral-8x7b", 8))
+# Interpret-mode stages (check, trace) run the kernel on this CPU: tiny models only.
+INTERPRET = ("tiny-dense", "tiny-moe")
+# AOT compile time of the 64-layer model against the same model cut to this many layers.
+DEPTH_MODEL, DEPTH_CUT = "qwen3-32b", 4
+TIMELINE_MODEL, TIMELINE_LAYERS = ("qwen3-32b", 8), 3
+CHECK_STEPS = 2
+
+NUMBER_FIELDS = ("plan_s", "modeled_step_ms", "modeled_hbm_floor_ms", "modeled_efficiency",
+                 "modeled_tokens_per_s_per_user", "modeled_bytes_per_step",
+                 "min_bytes_per_step", "plan_vmem_bytes", "modeled_sync_step_ms",
+                 "modeled_sync_overlap_step_ms", "modeled_sync_slowdown")
+# Stage fields: a number when the stage ran, else the stage is in errors/skipped.
+STAGE_FIELDS = {"codegen": ("codegen_s",),
+                "aot": ("aot_compile_s", "compiled_vmem_bytes"),
+                "check": ("check_s",),
+                "trace": ("trace_s", "trace_bytes_per_step")}
+
+
+STAGES = ("plan",) + tuple(STAGE_FIELDS)
+
+
+def _field(stage: str) -> str:
+    return "plan_s" if stage == "plan" else STAGE_FIELDS[stage][0]
+
+
+def libtpu_available() -> bool:
+    return importlib.util.find_spec("libtpu") is not None
+
+
+def _err(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().replace("\n", " ")
+    return text[:400]
+
+
+# ---------------------------------------------------------------- one model
+
+def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None = None,
+                aot: bool | None = None, interpret: bool | None = None,
+                out_dir=None, on_stage=None) -> dict:
+    """Bench zoo model ``name`` on ``devices`` cores -> one JSON-able record.
+
+    ``layers`` cuts the model (``Model.truncated``); ``aot`` (default: libtpu
+    importable) and ``interpret`` (default: a tiny model) choose the optional
+    stages. ``on_stage(record)`` is called after every stage."""
+    from megakernel.compiler.pipeline import plan_model
+    from megakernel.models import zoo
+
+    from bench.timeline import expand, synchronised_us
+
+    aot = libtpu_available() if aot is None else aot
+    interpret = name in INTERPRET if interpret is None else interpret
+    rec = {"model": name, "cores": devices, "batch": batch, "layers": layers,
+           "errors": {}, "skipped": {}}
+    done = on_stage or (lambda r: None)
+
+    model = zoo.model(name)
+    if layers is not None:
+        model = model.truncated(layers)
+    rec["layers"] = len(model.layers)
+    t = time.perf_counter()
+    plan = plan_model(model, devices=devices, batch=batch, tokens=1)
+    rec["plan_s"] = time.perf_counter() - t
+    c = plan.cost
+    rec.update(modeled_step_ms=c.step_ms, modeled_hbm_floor_ms=c.floor_ms,
+               modeled_efficiency=c.efficiency,
+               modeled_tokens_per_s_per_user=c.tokens_per_s_per_user,
+               modeled_bytes_per_step=c.hbm_bytes_per_core,
+               min_bytes_per_step=c.floor_bytes_per_core,
+               plan_vmem_bytes=plan.memory.vmem_total, plan_digest=plan.digest())
+    sync = synchronised_us(expand(model, c).events)
+    rec.update(modeled_sync_step_ms=sync["strict"] / 1e3,
+               modeled_sync_overlap_step_ms=sync["overlap"] / 1e3,
+               modeled_sync_slowdown=sync["strict"] / 1e3 / c.step_ms)
+    done(rec)
+
+    from megakernel.backends import pallas_tpu as backend
+
+    tmp = tempfile.TemporaryDirectory(prefix=f"bench-{name}-") if out_dir is None else None
+    kdir = Path(out_dir or tmp.name)
+    try:
+        kernel = _stage(rec, "codegen", lambda: backend.compile_model(model, plan, kdir))
+        if kernel is None and _collective_unsupported(rec["errors"]["codegen"]):
+            # The backend emits only some collective algorithms: build the kernel
+            # from the plan restricted to them; the modeled columns stay the
+            # planner's own choice, the kernel's plan is recorded beside them.
+            first = rec["errors"].pop("codegen")
+            t = time.perf_counter()
+            plan = plan_model(model, devices=devices, batch=batch, tokens=1,
+                              overrides=KERNEL_FALLBACK)
+            rec["kernel_plan_s"] = time.perf_counter() - t
+            rec.update(kernel_overrides=KERNEL_FALLBACK, kernel_plan_reason=first,
+                       kernel_modeled_step_ms=plan.cost.step_ms,
+                       kernel_plan_vmem_bytes=plan.memory.vmem_total)
+            kernel = _stage(rec, "codegen", lambda: backend.compile_model(model, plan, kdir))
+        done(rec)
+        if not aot:
+            rec["skipped"]["aot"] = "libtpu not importable"
+        elif kernel is not None:
+            res = _stage(rec, "aot", lambda: backend.aot_compile(kdir, plan))
+            if res is not None:
+                rec["compiled_vmem_bytes"] = res.vmem_used_bytes
+                rec["aot_plan_vmem_bytes"] = res.plan_vmem_bytes
+                rec["aot_compiler_reported_s"] = res.compile_seconds
+                rec["aot_vmem_limit_bytes"] = getattr(res, "vmem_limit_bytes", None)
+                rec["aot_topology"] = getattr(res, "topology", None)
+                rec["aot_hbm_copies"] = len(getattr(res, "copies", ()) or ())
+        else:
+            rec["skipped"]["aot"] = "no kernel (codegen failed)"
+        done(rec)
+        if not interpret:
+            for stage in ("check", "trace"):
+                rec["skipped"][stage] = "interpret mode: tiny models only"
+            return rec
+        if kernel is None:
+            for stage in ("check", "trace"):
+                rec["skipped"][stage] = "no kernel (codegen failed)"
+            return rec
+        from megakernel.models.weights import init_weights
+
+        weights = init_weights(model, seed=0)
+        res = _stage(rec, "check", lambda: backend.check(model, plan, weights,
+                                                         steps=CHECK_STEPS, seed=0))
+        if res is not None:
+            rec.update(check_ok=bool(res.ok), check_steps=res.steps,
+                       check_max_abs_err=float(res.max_abs_err),
+                       check_token_agreement=float(res.token_agreement))
+        done(rec)
+        res = _stage(rec, "trace", lambda: _trace_bytes(model, plan, weights, kdir))
+        if res is not None:
+            rec.update(res)
+        done(rec)
+        return rec
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+KERNEL_FALLBACK = {"allreduce": "one_shot"}
+
+
+def _collective_unsupported(error: str) -> bool:
+    return error.startswith("EmitError: plan.collectives:")
+
+
+def _stage(rec: dict, stage: str, fn):
+    """Run ``fn`` timed as ``<stage>_s``; on failure record the error, return None."""
+    t = time.perf_counter()
+    try:
+        out = fn()
+    except Exception as exc:     # the bench reports every failure in its cell
+        rec["errors"][stage] = _err(exc)
+        rec.setdefault("tracebacks", {})[stage] = traceback.format_exc(limit=6)[-2000:]
+        return None
+    rec[STAGE_FIELDS[stage][0]] = time.perf_counter() - t
+    return out
+
+
+def _trace_bytes(model, plan, weights, kdir) -> dict:
+    """Bytes one step of the executed kernel moved on core 0 (trace mode, interpreter):
+    HBM reads (the column), HBM writes, by kind, and the weights against the plan's."""
+    from megakernel.backends.pallas_tpu import trace
+
+    res = trace.trace_step(model, plan, weights, out_dir=Path(kdir) / "trace")
+    mine = [e for e in res.events if e.src_dev == 0 and e.dst_dev == 0]
+    kinds: dict[str, int] = {}
+    for e in mine:
+        key = f"{e.kind} {e.src}->{e.dst}"
+        kinds[key] = kinds.get(key, 0) + e.nbytes
+    plan_weights = trace.plan_weight_bytes(plan)
+    return {"trace_bytes_per_step": sum(e.nbytes for e in mine if e.src == "hbm"),
+            "trace_hbm_write_bytes_per_step": sum(e.nbytes for e in mine if e.dst == "hbm"),
+            "trace_remote_bytes_per_step": sum(e.nbytes for e in res.events
+                                               if e.src_dev == 0 and e.dst_dev != 0),
+            "trace_bytes_by_kind": kinds,
+            "trace_weight_bytes_per_step": res.hbm_weight_bytes(0),
+            "plan_weight_bytes_per_step": sum(plan_weights.values()),
+            "trace_dma_count": len(mine)}
+
+
+# ---------------------------------------------------------------- the run
+
+def _worker(args) -> None:
+    out = Path(args.json)
+
+    def flush(rec):
+        out.write_text(json.dumps(rec, indent=1))
+
+    rec = bench_model(args.worker, args.devices, layers=args.layers,
+                      aot=False if args.no_aot else None,
+                      interpret=False if args.layers else None, on_stage=flush)
+    flush(rec)
+
+
+def _run_job(name, devices, layers, timeout, no_aot) -> dict:
+    """One model in a worker process; a timeout keeps the stages it finished."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = Path(f.name)
+    cmd = [sys.executable, "-m", "bench.run", "--worker", name, "--devices", str(devices),
+           "--json", str(path)] + (["--layers", str(layers)] if layers else []) \
+        + (["--no-aot"] if no_aot else [])
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=Path(__file__).parent.parent, timeout=timeout,
+                              capture_output=True, text=True)
+        failure = None if proc.returncode == 0 else \
+            f"worker exited {proc.returncode}: {proc.stderr.strip()[-300:]}"
+    except subprocess.TimeoutExpired:
+        failure = f"timeout: stage still running after {timeout:.0f} s (bench time budget)"
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        rec = {"model": name, "cores": devices, "batch": 1, "layers": layers,
+               "errors": {}, "skipped": {}}
+    path.unlink(missing_ok=True)
+    rec["wall_s"] = time.perf_counter() - t
+    if failure:
+        pending = [s for s in STAGES if _field(s) not in rec
+                   and s not in rec["errors"] and s not in rec["skipped"]]
+        for k, s in enumerate(pending):
+            if k == 0:
+                rec["errors"][s] = failure
+            else:
+                rec["skipped"][s] = "not reached (" + failure.split(":")[0] + ")"
+    return rec
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.run")
+    p.add_argument("--budget", type=float, default=13.5 * 60,
+                   help="seconds for the whole bench (default 810)")
+    p.add_argument("--models", default=None, help="comma-separated subset of the zoo")
+    p.add_argument("--no-aot", action="store_true")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--layers", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--json", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        _worker(args)
+        return 0
+
+    t0 = time.perf_counter()
+    deadline = t0 + args.budget - 25          # the timeline, JSON and table after the jobs
+    wanted = set(args.models.split(",")) if args.models else None
+    jobs = [(n, d, None) for n, d in MODELS if wanted is None or n in wanted]
+    if wanted is None or DEPTH_MODEL in wanted:
+        jobs.insert(len(INTERPRET), (DEPTH_MODEL, dict(MODELS)[DEPTH_MODEL], DEPTH_CUT))
+    records, cut = [], None
+    for i, (name, devices, layers) in enumerate(jobs):
+        left = deadline - time.perf_counter()
+        timeout = max(20.0, min(left - 5 * (len(jobs) - i - 1), 2.0 * left / (len(jobs) - i)))
+        print(f"[bench] {name}{f' ({layers} layers)' if layers else ''} on {devices} core(s), "
+              f"up to {timeout:.0f} s ...", flush=True)
+        rec = _run_job(name, devices, layers, timeout, args.no_aot)
+        if layers:
+            cut = rec
+        else:
+            records.append(rec)
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    summary = {"libtpu": libtpu_available()}
+    full = next((r for r in records if r["model"] == DEPTH_MODEL), None)
+    summary["aot_depth"] = _depth(full, cut)
+    summary["timeline_png"] = _timeline_png(summary)
+    summary["total_s"] = time.perf_counter() - t0
+    out = {"format": FORMAT, "notes": NOTES, "models": records, "aot_depth_cut": cut,
+           "summary": summary}
+    (RESULTS / "bench.json").write_text(json.dumps(out, indent=1))
+    from bench.table import render
+
+    print()
+    print(render(records, summary))
+    return 0
+
+
+NOTES = ("Timings (plan/codegen/AOT/check/trace, s) are wall clock on a shared 2-core CPU "
+         "machine and noisy: compare ratios within one run, not across runs. Every "
+         "'modeled' number comes from the planner's cost model, not a measurement. "
+         "Check and trace run the kernel in the Pallas interpreter on CPU, so only the "
+         "tiny models get them.")
+
+
+def _depth(full, cut) -> dict:
+    out = {"model": DEPTH_MODEL, "cut_layers": DEPTH_CUT}
+    a, b = (full or {}).get("aot_compile_s"), (cut or {}).get("aot_compile_s")
+    if a is not None and b is not None:
+        out.update(full_layers=full["layers"], full_s=a, cut_s=b, ratio=a / b)
+    else:
+        missing = [r for r in (full, cut) if r is None or r.get("aot_compile_s") is None]
+        why = [(r or {}).get("errors", {}).get("aot") or (r or {}).get("skipped", {}).get("aot")
+               or "not run" for r in missing]
+        out["error"] = "; ".join(w[:110] + "..." for w in why)
+    return out
+
+
+def _timeline_png(summary) -> str:
+    try:
+        from megakernel.compiler.pipeline import plan_model
+        from megakernel.models import zoo
+
+        from bench.timeline import expand, plot
+
+        (name, devices), n = TIMELINE_MODEL, TIMELINE_LAYERS
+        model = zoo.model(name)
+        plan = plan_model(model, devices=devices, batch=1)
+        path = RESULTS / "timeline.png"
+        plot(expand(model, plan.cost), path, layers=n,
+             title=f"{name} on {devices} TensorCores, batch 1: first {n} layers of one decode "
+                   f"step (MODELED, step {plan.cost.step_ms:.3f} ms modeled)")
+        return str(path)
+    except Exception as exc:      # the table still prints
+        return f"error: {_err(exc)}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

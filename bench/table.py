@@ -1,0 +1,123 @@
+"""The bench's one table, as plain text, from the records ``bench.run`` collects.
+
+A cell whose stage failed shows ``ERR<n>`` with the error's type and the
+full message under the table as footnote <n>; a stage that did not apply
+shows ``-`` with the reason in the notes. No cell is ever filled in for a
+stage that did not produce its number.
+"""
+
+from __future__ import annotations
+
+COLUMNS = ("model", "cores", "plan s", "codegen s", "AOT s", "step ms (modeled)",
+           "HBM floor ms (modeled)", "eff. (modeled)", "sync-ops ms (modeled)",
+           "VMEM MiB compiled/plan", "bytes/step trace/min", "check s")
+
+
+def _mib(n) -> str:
+    return f"{n / 2**20:.1f}"
+
+
+def _bytes(n) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
+
+
+def _plan_vmem(r) -> int:
+    """The VMEM of the plan the kernel was built from (AotResult's, when given)."""
+    for key in ("aot_plan_vmem_bytes", "kernel_plan_vmem_bytes", "plan_vmem_bytes"):
+        if r.get(key) is not None:
+            return r[key]
+    raise KeyError("plan_vmem_bytes")
+
+
+class _Cells:
+    """Formats one record's cells, collecting error footnotes and skip reasons."""
+
+    def __init__(self, notes: list, skips: dict):
+        self.notes, self.skips = notes, skips
+
+    def stage(self, rec, stage, text):
+        """``text()`` when the stage ran, else its error marker or '-'."""
+        if stage in rec.get("errors", {}):
+            msg = rec["errors"][stage]
+            note = f"{rec['model']} {stage}: {msg}"
+            if note not in self.notes:
+                self.notes.append(note)
+            return f"ERR{self.notes.index(note) + 1} {msg.split(':')[0][:18]}"
+        if stage in rec.get("skipped", {}):
+            self.skips.setdefault(rec["skipped"][stage], set()).add(stage)
+            return "-"
+        try:
+            return text()
+        except KeyError:
+            return "?"
+
+    def row(self, r) -> list[str]:
+        s = self.stage
+        cells = [r["model"] + (" *" if r.get("kernel_overrides") else ""), str(r["cores"])]
+        cells.append(s(r, "plan", lambda: f"{r['plan_s']:.2f}"))
+        cells.append(s(r, "codegen", lambda: f"{r['codegen_s']:.2f}"))
+        cells.append(s(r, "aot", lambda: f"{r['aot_compile_s']:.1f}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_step_ms']:.3f}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_hbm_floor_ms']:.3f}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_efficiency']:.1%}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_sync_step_ms']:.3f} "
+                                          f"(x{r['modeled_sync_slowdown']:.2f})"))
+        cells.append(s(r, "aot", lambda: ("n/a" if r["compiled_vmem_bytes"] is None
+                                          else _mib(r["compiled_vmem_bytes"]))
+                                         + f"/{_mib(_plan_vmem(r))}")
+                     if "plan_s" in r else s(r, "plan", lambda: ""))
+        cells.append(s(r, "trace", lambda: f"{_bytes(r['trace_bytes_per_step'])}/"
+                                           f"{_bytes(r['min_bytes_per_step'])}"))
+        cells.append(s(r, "check", lambda: f"{r['check_s']:.1f}"
+                                           + ("" if r.get("check_ok") else " FAIL")))
+        return cells
+
+
+def render(records: list[dict], summary: dict) -> str:
+    notes, skips = [], {}
+    cells = _Cells(notes, skips)
+    rows = [cells.row(r) for r in records]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(COLUMNS)]
+    line = lambda cs: "  ".join(c.rjust(w) if i > 1 else c.ljust(w)  # noqa: E731
+                                for i, (c, w) in enumerate(zip(cs, widths))).rstrip()
+    out = [line(COLUMNS), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    out.append("")
+    d = summary.get("aot_depth", {})
+    if "ratio" in d:
+        out.append(f"AOT compile, {d['model']} {d['full_layers']} layers vs {d['cut_layers']}: "
+                   f"{d['full_s']:.1f} s / {d['cut_s']:.1f} s = {d['ratio']:.2f}x")
+    else:
+        out.append(f"AOT compile, {d.get('model')} full vs {d.get('cut_layers')} layers: "
+                   f"not available ({d.get('error', 'not run')})")
+    out += [
+        "sync-ops (modeled): the same plan with every op synchronised (each DMA waited for "
+        "before its op's compute, nothing",
+        "  fetched ahead across op or layer boundaries; bench/timeline.py), x = its slowdown "
+        "over the megakernel's modeled step.",
+        "bytes/step: HBM bytes one step of the executed kernel read (trace mode: the kernel "
+        "run in the interpreter, tiny",
+        "  models only) / the minimum the HBM floor counts (valid weights + KV + vectors), "
+        "per core; writes etc. in bench.json.",
+        "check s: interpret-mode check of 2 decode steps vs the plain-JAX reference "
+        "(FAIL = disagreed).",
+        "Timings are wall clock on a shared 2-core CPU machine, noisy: compare ratios within "
+        "one run. 'modeled' = cost model, not a measurement.",
+    ]
+    fallback = [r for r in records if r.get("kernel_overrides")]
+    if fallback:
+        o = ", ".join(f"{k}={v}" for k, v in fallback[0]["kernel_overrides"].items())
+        out.append(f"* kernel (codegen/AOT/VMEM plan) built from the plan with overrides {o}, "
+                   "as the backend emits only that; modeled columns are the planner's choice ("
+                   + "; ".join(f"{r['model']}: kernel's plan {r['kernel_modeled_step_ms']:.3f} "
+                               "ms modeled" for r in fallback) + ").")
+    for why, stages in sorted(skips.items()):
+        out.append(f"'-' ({', '.join(sorted(stages))}): {why}")
+    if notes:
+        out.append("Errors:")
+        out += [f"  [{i}] {n}" for i, n in enumerate(notes, 1)]
+    png = summary.get("timeline_png", "")
+    out.append(f"timeline: {png}" if not png.startswith("error") else f"timeline PNG {png}")
+    if "total_s" in summary:
+        out.append(f"total bench time: {summary['total_s']:.0f} s")
+    return "\n".join(out)
