@@ -177,6 +177,19 @@ def load_compiled(out_dir: str):
     return model, plan
 
 
+def check_line(result) -> str:
+    """One readable line for a CheckResult."""
+    verdict = "PASS" if result.ok else "FAIL"
+    return (f"{verdict}: {result.steps} step(s), tokens agree {result.token_agreement:.0%}, "
+            f"max |logits - reference| {result.max_abs_err:.2e} (tolerance "
+            f"{result.tolerance:.2e}), max cache error {result.cache_max_err:.2e}, "
+            f"races {'FOUND' if result.races else 'none'}, {result.seconds:.1f} s")
+
+
+def aot_line(result) -> str:
+    return result.summary() if hasattr(result, "summary") else str(result)
+
+
 def cmd_compile(args) -> int:
     model, plan = make_plan(args)
     out = write_compiled(model, plan, args.output)
@@ -213,7 +226,7 @@ def cmd_check(args) -> int:
     with progress(f"interpret-mode check, {args.steps} step(s)"):
         result = check(model, plan, init_weights(model, args.seed), steps=args.steps,
                        seed=args.seed)
-    print(result)
+    print(check_line(result))
     return 0 if result.ok else 1
 
 
@@ -244,7 +257,7 @@ def cmd_aot(args) -> int:
     _, plan = load_compiled(args.dir)
     with progress(f"compiling for {args.topology} with libtpu"):
         result = aot_compile(args.dir, plan, topology=args.topology)
-    print(result)
+    print(aot_line(result))
     return 0
 
 
@@ -270,10 +283,10 @@ def cmd_demo(args) -> int:
     print(f"kernel: {out}/kernel.py")
     with progress(f"interpret-mode check on {args.devices} virtual devices"):
         result = check(model, plan, init_weights(model, 0), steps=args.steps, seed=0)
-    print(result)
+    print(check_line(result))
     with progress("AOT compile for TPU7x"):
         aot = aot_compile(out, plan, topology=args.topology)
-    print(aot)
+    print(aot_line(aot))
     print(report.terminal(plan, buffers=False))
     return 0 if result.ok else 1
 

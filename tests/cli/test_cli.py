@@ -70,3 +70,44 @@ def test_failed_compile_leaves_nothing(tmp_path, capsys):
     code, _, err = run("compile", "tiny-moe", "--devices", "3", "-o", str(out), capsys=capsys)
     assert code == 2
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def compiled_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "tiny-dense"
+    assert main(["compile", "tiny-dense", "--devices", "2", "--batch", "2", "-o", str(out)]) == 0
+    return out
+
+
+def test_compile_writes_kernel_and_plan(compiled_dir):
+    for name in ("kernel.py", "plan.json", "plan.md", "model.json"):
+        assert (compiled_dir / name).is_file(), name
+    assert "pl.pallas_call" in (compiled_dir / "kernel.py").read_text()
+
+
+def test_check_a_compiled_dir(compiled_dir, capsys):
+    code, out, _ = run("check", str(compiled_dir), "--steps", "1", capsys=capsys)
+    assert code == 0 and out.startswith("PASS")
+
+
+@pytest.mark.aot
+def test_aot_a_compiled_dir(compiled_dir, capsys):
+    code, out, _ = run("aot", str(compiled_dir), capsys=capsys)
+    assert code == 0 and "VMEM used" in out and "(plan)" in out
+
+
+def test_check_examples(capsys):
+    code, out, _ = run("check", "tiny-dense", "--layers", "1", "--examples", "2", capsys=capsys)
+    assert code == 0 and "2 drawn case(s) agree" in out
+
+
+def test_check_hf_fixture(capsys):
+    folder = str(Path(__file__).parents[1] / "fixtures" / "hf" / "qwen3")
+    code, out, _ = run("check", folder, "--hf", folder, capsys=capsys)
+    assert code == 0 and "decode_2" in out
+
+
+def test_demo_runs_end_to_end(tmp_path, capsys):
+    code, out, _ = run("demo", "-o", str(tmp_path / "demo"), "--steps", "1", capsys=capsys)
+    assert code == 0
+    assert "PASS" in out and "VMEM used" in out and "modeled step time" in out
