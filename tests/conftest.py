@@ -4,6 +4,9 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Virtual CPU devices for the multi-core interpret-mode tests; must be set
 # before jax is first imported.
+# pytest-xdist runs two workers; each may load libtpu for AOT compiles, and
+# libtpu otherwise refuses a second process holding its lockfile.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 from hypothesis import HealthCheck, settings  # noqa: E402

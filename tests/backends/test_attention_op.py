@@ -16,24 +16,8 @@ from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.backends.pallas_tpu import attention as A
 from megakernel.ir.ops import Attention
+from megakernel.backends.pallas_tpu.run import interpret_params as interpret, races_found
 from megakernel.models import reference as R
-
-
-@pytest.fixture(autouse=True)
-def _fresh_interpreter():
-    # a failed interpret-mode kernel leaves simulator state behind
-    yield
-    pltpu.reset_tpu_interpret_mode_state()
-
-
-def interpret():
-    return pltpu.InterpretParams(detect_races=True, out_of_bounds_reads="raise",
-                                 uninitialized_memory="nan", vector_clock_size=64)
-
-
-def races_found():
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-    return bool(ipc.races is not None and ipc.races.races_found)
 
 
 def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
