@@ -97,9 +97,10 @@ def all_reduce_rs_ag(x, stage, rs_slots, ag_slots, send_sems, recv_sems, parity,
 
 
 def merge_argmax(best, cand):
-    """Keep best unless cand is strictly larger (earlier index wins ties)."""
+    """Keep best unless cand is larger (the smaller index wins ties, in any
+    merge order)."""
     (bm, bi), (cm, ci) = best, cand
-    take = cm > bm
+    take = (cm > bm) | ((cm == bm) & (ci < bi))
     return jnp.where(take, cm, bm), jnp.where(take, ci, bi)
 
 

@@ -46,6 +46,14 @@ def matmul_t(x, w):
                                preferred_element_type=jnp.float32)
 
 
+def matmul_t_ref(x, w_ref):
+    """x @ w_ref[...].T reading the weight ref in row chunks (output columns)."""
+    rows = w_ref.shape[0]
+    parts = [matmul_t(x, w_ref[pl.ds(r, min(ROW_CHUNK, rows - r)), :])
+             for r in range(0, rows, ROW_CHUNK)]
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
+
+
 def ring_linear(stream, s, k, x, tiles, out_cols, first):
     """y[:, c0:c0+cols] (+)= x[:, r0:r0+rows] @ tile, over static tiles
     ``first .. first+len(tiles)`` of segment s (row blocks accumulate)."""
@@ -150,24 +158,39 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded):
 
 def lm_head(stream, s, xn, tied, logits_ref, valid, base):
     """Logits blocks from the head tiles; running (max, first global index)
-    over the valid vocabulary columns of this core."""
+    over the valid vocabulary columns of this core. Each block is reduced as
+    soon as its last tile is consumed, so at most a few blocks are live."""
     seg = stream.segments[s]
-    blocks = {}
-    def use(pieces, t):
+
+    def keys(t):
         if tied:      # stored [vocab, hidden]: rows are vocabulary entries
-            return [((t.r0, t.rows), matmul_t(xn[:, t.c0 + c:t.c0 + c + w.shape[1]], w[...]))
+            return [(t.r0, t.rows)]
+        return [(t.c0 + c, w) for c, w in stream._pieces(t)]
+
+    def use(pieces, t):
+        if tied:
+            return [((t.r0, t.rows), matmul_t_ref(xn[:, t.c0 + c:t.c0 + c + w.shape[1]], w))
                     for c, w in pieces]
         return [((t.c0 + c, w.shape[1]), matmul_ref(xn[:, t.r0:t.r0 + t.rows], w))
                 for c, w in pieces]
 
+    last = {}
+    for j, t in enumerate(seg.tiles):
+        for key in keys(t):
+            last[key] = j
+    blocks, best = {}, None
     for j, t in enumerate(seg.tiles):
         for key, part in stream.consume(s, 0, j, lambda p, t=t: use(p, t)):
-            blocks.setdefault(key, []).append(part)
-    best = None
-    for (c0, cols), parts in blocks.items():
-        blk = parts[0]
-        for p in parts[1:]:
-            blk = blk + p
+            blocks[key] = part if key not in blocks else blocks[key] + part
+        for key in [k for k in blocks if last.get(k) == j]:
+            c0, cols = key
+            blk = blocks.pop(key)
+            if logits_ref is not None:
+                logits_ref[:, c0:c0 + cols] = blk
+            m, idx = block_argmax(blk, valid - c0)
+            cand = (m, idx + c0 + base)
+            best = cand if best is None else merge_argmax(best, cand)
+    for (c0, cols), blk in blocks.items():      # keys not predicted above (none expected)
         if logits_ref is not None:
             logits_ref[:, c0:c0 + cols] = blk
         m, idx = block_argmax(blk, valid - c0)

@@ -126,7 +126,10 @@ def plan_scratch(model, plan, ctxs) -> Scratch:
         sc.add("am_indices", "vmem", (n, rp, 128), "int32")
         sc.add("am_sems", "dma", (2, 2, n))
     _op_scratch(model, plan, ctxs, sc)
-    sc.vmem_limit = int(mem.vmem_budget)
+    # The compiler's limit is the whole VMEM: the plan's reserve (capacity -
+    # budget) is left for Mosaic's internal scratch and spills, so it must not
+    # be withheld from the compiler too.
+    sc.vmem_limit = int(plan.target.vmem_bytes)
     return sc
 
 
