@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megakernel.compiler.cost import Event
+from megakernel.compiler.cost import Event, place_events
 
 
 @dataclass(frozen=True)
@@ -40,21 +40,8 @@ class Expanded:
 
 
 def _place(costs, t: float, out: list) -> float:
-    """Append the events of ``costs`` (PhaseCost, in order) starting at ``t`` us."""
-    for p in costs:
-        dur = p.time_s * 1e6
-        if p.kind == "collective":
-            out.append(Event("collective", p.name, t, t + dur))
-        else:
-            if p.stall_s:
-                out.append(Event("stall", p.name, t, t + p.stall_s * 1e6))
-            start = t + p.stall_s * 1e6
-            if p.hbm_bytes:
-                early = start - p.prefetched_s * 1e6
-                out.append(Event("dma", p.name, max(early, 0.0), early + p.hbm_s * 1e6))
-            out.append(Event("compute", p.name, start, start + (p.mxu_s + p.overhead_s) * 1e6))
-        t += dur
-    return t
+    """Append the events of ``costs`` starting at ``t`` us (the cost model's own placement)."""
+    return place_events(costs, t, out)
 
 
 def _is_span(e: Event) -> bool:

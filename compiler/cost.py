@@ -221,6 +221,25 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
                       hbm, floor_bytes, tuple(costs + steady_costs + tail), events)
 
 
+def place_events(costs, t: float, events: list) -> float:
+    """Append the events of ``costs`` (PhaseCost, in order) starting at ``t`` us;
+    returns the time after the last. DMAs of prefetched tiles start early."""
+    for p in costs:
+        dur = p.time_s * 1e6
+        if p.kind == "collective":
+            events.append(Event("collective", p.name, t, t + dur))
+        else:
+            if p.stall_s:
+                events.append(Event("stall", p.name, t, t + p.stall_s * 1e6))
+            start = t + p.stall_s * 1e6
+            if p.hbm_bytes:               # prefetched tiles were fetched earlier
+                early = start - p.prefetched_s * 1e6
+                events.append(Event("dma", p.name, max(early, 0.0), early + p.hbm_s * 1e6))
+            events.append(Event("compute", p.name, start, start + (p.mxu_s + p.overhead_s) * 1e6))
+        t += dur
+    return t
+
+
 def _timeline(pre, first_layers, steady, tail, model: Model) -> tuple[Event, ...]:
     """Events of the prologue, the first layer of each stack in detail, one
     span for the rest of each stack, and the head."""
@@ -228,19 +247,7 @@ def _timeline(pre, first_layers, steady, tail, model: Model) -> tuple[Event, ...
 
     def place(costs):
         nonlocal t
-        for p in costs:
-            dur = p.time_s * 1e6
-            if p.kind == "collective":
-                events.append(Event("collective", p.name, t, t + dur))
-            else:
-                if p.stall_s:
-                    events.append(Event("stall", p.name, t, t + p.stall_s * 1e6))
-                start = t + p.stall_s * 1e6
-                if p.hbm_bytes:               # prefetched tiles were fetched earlier
-                    early = start - p.prefetched_s * 1e6
-                    events.append(Event("dma", p.name, max(early, 0.0), early + p.hbm_s * 1e6))
-                events.append(Event("compute", p.name, start, start + (p.mxu_s + p.overhead_s) * 1e6))
-            t += dur
+        t = place_events(costs, t, events)
 
     place(pre)
     for st, first in zip(model.stacks, first_layers):
