@@ -35,11 +35,14 @@ def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
 
 @st.composite
 def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512),
-                  moe: bool | None = None, dtype: str | None = None) -> ModelConfig:
-    """A valid card: dense or MoE (``moe=None`` draws either), 1..max_layers layers."""
+                  moe: bool | None = None, dtype: str | None = None,
+                  cores: int = 1) -> ModelConfig:
+    """A valid card: dense or MoE (``moe=None`` draws either), 1..max_layers layers,
+    with query heads that split evenly over ``cores`` TensorCores."""
     hidden = draw(st.sampled_from(hidden_sizes))
     kv_heads = draw(st.sampled_from([1, 2, 4]))
-    q_heads = kv_heads * draw(st.sampled_from([1, 2, 4]))
+    q_heads = draw(st.sampled_from([kv_heads * g for g in (1, 2, 4, 8)
+                                    if (kv_heads * g) % cores == 0 and kv_heads * g <= 16]))
     head_dim = draw(st.sampled_from([64, 128]))
     num_layers = draw(st.integers(1, max_layers))
     use_moe = draw(st.booleans()) if moe is None else moe

@@ -5,7 +5,7 @@ its payload, memory spaces and devices (verified in /tmp/proto/p5_trace.py);
 wrapping it records (bytes, src/dst space, order, devices, kind). The kind
 comes from the code that started the DMA (its source location): the weight
 ring, per-layer vectors, the embedding gather, KV cache traffic, expert
-slices, or a remote (collective) copy.
+slices, a remote (collective) copy, or a local (on-core, not HBM) copy.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ _KINDS = (("Stream.", "ring"), ("Vectors.", "vector"), ("gather_embedding", "emb
 def _kind(dma, ipc) -> str:
     if dma.src_device_id != dma.dst_device_id:
         return "collective"
+    names = ipc.TPU_MEMORY_SPACE_NAMES
+    if not {names[dma.src_memory_space], names[dma.dst_memory_space]} & {"any", "hbm"}:
+        return "local"      # on-core copies, e.g. the routed expert ids VMEM -> SMEM
     where = _where(dma.source_info)
     for needle, kind in _KINDS:
         if needle in where:
