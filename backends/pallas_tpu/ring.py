@@ -8,6 +8,7 @@ to a later op, the next layer, the next stack or the LM head.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import jax.numpy as jnp
@@ -57,10 +58,7 @@ class Stream:
         tile wider than the bank is folded, piece i in bank rows
         [i*rows, (i+1)*rows), so every bank holds bank_bytes whatever the
         tile's orientation."""
-        if tile.bank:
-            return [(0, tile.cols)]
-        width = self.banks.shape[2]
-        return [(c, min(width, tile.cols - c)) for c in range(0, tile.cols, width)]
+        return tile_pieces(tile, self.banks.shape[2])
 
     def _dsts(self, tile, slot):
         if tile.bank:
@@ -115,6 +113,29 @@ class Stream:
         self._refill(s, k, j)
         return out
 
+    def consume_run(self, s, j, tile, step, fn):
+        """``consume`` for a traced tile index ``j`` of the (unlayered) head,
+        inside a run of tiles shaped like ``tile`` whose offsets advance by
+        ``step`` = (rows, cols) per tile: tile j is ``tile`` moved by j * step.
+        Starts tile j+R, which the caller guarantees lies in the same run.
+        Looping over such a run emits its DMA and matmul code once instead of
+        once per tile (the LM head is most of a model's tiles)."""
+        assert not self.segments[s].layered
+        flat = self.segments[s].offset + j
+        self._run_copy(s, tile, step, j, flat).wait()
+        dsts = self._dsts(tile, flat % self.R)
+        out = fn([(c, d) for (c, _), d in zip(self._pieces(tile), dsts)])
+        self._run_copy(s, tile, step, j + self.R, flat + self.R).start()
+        return out
+
+    def _run_copy(self, s, tile, step, j, flat):
+        src = self.refs[s][tile.ref]
+        r0, c0 = (moved(base, d, j) for base, d in ((tile.r0, step[0]), (tile.c0, step[1])))
+        slot = flat % self.R
+        srcs = [src.at[pl.ds(r0, tile.rows), pl.ds(c0 + c, w)] for c, w in self._pieces(tile)]
+        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot])
+                        for a, b in zip(srcs, self._dsts(tile, slot))])
+
     def _refill(self, s, k, j):
         seg, n = self.segments[s], len(self.segments[s].tiles)
         ahead, j2 = divmod(j + self.R, n)
@@ -138,6 +159,21 @@ class Stream:
             @pl.when(past == e)
             def _():
                 self._start_static(seg.end + e)
+
+
+def tile_pieces(tile, width):
+    """(col offset, width) pieces of ``tile`` in a main ring of ``width``-column
+    banks (an auxiliary-ring tile is one piece)."""
+    if tile.bank:
+        return [(0, tile.cols)]
+    return [(c, min(width, tile.cols - c)) for c in range(0, tile.cols, width)]
+
+
+def moved(base, step, j):
+    """base + j * step for a traced j, with its alignment stated for Mosaic."""
+    if step == 0:
+        return base
+    return pl.multiple_of(base + j * step, math.gcd(base, step))
 
 
 class _Copies:

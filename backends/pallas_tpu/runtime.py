@@ -16,7 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
     all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
-from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors  # noqa: F401
+from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, moved, tile_pieces  # noqa: F401
 
 NEG_INF = float("-inf")
 
@@ -159,44 +159,105 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded):
 def lm_head(stream, s, xn, tied, logits_ref, valid, base):
     """Logits blocks from the head tiles; running (max, first global index)
     over the valid vocabulary columns of this core. Each block is reduced as
-    soon as its last tile is consumed, so at most a few blocks are live."""
+    soon as its last tile is consumed, so at most a few blocks are live.
+
+    A block is (first column, width) of this core's logits: a tile's column
+    pieces (untied [hidden, vocab] tiles) or a tile's rows (tied [vocab,
+    hidden] tiles, summed over column pieces). The leading run of evenly
+    stepped tiles that are whole blocks on their own is a fori_loop; the rest
+    (the last R tiles, odd shapes, blocks split over tiles) is unrolled."""
     seg = stream.segments[s]
 
     def keys(t):
-        if tied:      # stored [vocab, hidden]: rows are vocabulary entries
-            return [(t.r0, t.rows)]
-        return [(t.c0 + c, w) for c, w in stream._pieces(t)]
+        return head_blocks(t, tied, stream.banks.shape[2])
 
-    def use(pieces, t):
+    def use(pieces, t, r0, c0):
+        """[(block key, partial logits)] of one tile at offsets (r0, c0)."""
         if tied:
-            return [((t.r0, t.rows), matmul_t_ref(xn[:, t.c0 + c:t.c0 + c + w.shape[1]], w))
+            return [((r0, t.rows), matmul_t_ref(xn[:, t.c0 + c:t.c0 + c + w.shape[1]], w))
                     for c, w in pieces]
-        return [((t.c0 + c, w.shape[1]), matmul_ref(xn[:, t.r0:t.r0 + t.rows], w))
+        return [((c0 + c, w.shape[1]), matmul_ref(xn[:, t.r0:t.r0 + t.rows], w))
                 for c, w in pieces]
+
+    def reduce(best, key, blk):
+        c0, cols = key
+        if logits_ref is not None:
+            logits_ref[:, pl.ds(c0, cols)] = blk
+        m, idx = block_argmax(blk, valid - c0)
+        cand = (m, idx + c0 + base)
+        return cand if best is None else merge_argmax(best, cand)
+
+    def reduce_parts(best, parts):
+        if tied:        # the column pieces of a tied tile sum into its one block
+            parts = [(parts[0][0], sum(p for _, p in parts[1:]) + parts[0][1])]
+        for key, blk in parts:
+            best = reduce(best, key, blk)
+        return best
+
+    rolled, step = head_loop(seg.tiles, tied, stream.banks.shape[2], stream.R)
+    best = None
+    if rolled:
+        t0 = seg.tiles[0]
+        rows = xn.shape[0]
+        init = (jnp.full((rows, 1), NEG_INF, jnp.float32), jnp.full((rows, 1), 2**30, jnp.int32))
+
+        def body(j, best):
+            r0, c0 = moved(t0.r0, step[0], j), moved(t0.c0, step[1], j)
+            parts = stream.consume_run(s, j, t0, step, lambda p: use(p, t0, r0, c0))
+            return reduce_parts(best, parts)
+
+        best = jax.lax.fori_loop(0, rolled, body, init)
 
     last = {}
     for j, t in enumerate(seg.tiles):
         for key in keys(t):
             last[key] = j
-    blocks, best = {}, None
-    for j, t in enumerate(seg.tiles):
-        for key, part in stream.consume(s, 0, j, lambda p, t=t: use(p, t)):
+    blocks = {}
+    for j in range(rolled, len(seg.tiles)):
+        t = seg.tiles[j]
+        for key, part in stream.consume(s, 0, j, lambda p, t=t: use(p, t, t.r0, t.c0)):
             blocks[key] = part if key not in blocks else blocks[key] + part
         for key in [k for k in blocks if last.get(k) == j]:
-            c0, cols = key
-            blk = blocks.pop(key)
-            if logits_ref is not None:
-                logits_ref[:, c0:c0 + cols] = blk
-            m, idx = block_argmax(blk, valid - c0)
-            cand = (m, idx + c0 + base)
-            best = cand if best is None else merge_argmax(best, cand)
-    for (c0, cols), blk in blocks.items():      # keys not predicted above (none expected)
-        if logits_ref is not None:
-            logits_ref[:, c0:c0 + cols] = blk
-        m, idx = block_argmax(blk, valid - c0)
-        cand = (m, idx + c0 + base)
-        best = cand if best is None else merge_argmax(best, cand)
+            best = reduce(best, key, blocks.pop(key))
+    for key, blk in blocks.items():      # keys not predicted above (none expected)
+        best = reduce(best, key, blk)
     return best
+
+
+def head_blocks(t, tied, bank_cols):
+    """The logits blocks (first column, width) head tile ``t`` contributes to."""
+    if tied:      # stored [vocab, hidden]: rows are vocabulary entries
+        return [(t.r0, t.rows)]
+    return [(t.c0 + c, w) for c, w in tile_pieces(t, bank_cols)]
+
+
+def head_loop(tiles, tied, bank_cols, num_banks):
+    """(n, step): lm_head loops over tiles[0:n]. They share tile 0's shape, sit
+    at tile 0's offsets plus j * step (rows, cols), each holds whole logits
+    blocks of its own, and tile j + num_banks (started by tile j) is one of
+    them too."""
+    def keys(t):
+        return head_blocks(t, tied, bank_cols)
+
+    if len(tiles) < 2:
+        return 0, (0, 0)
+    t0, t1 = tiles[0], tiles[1]
+    step = (t1.r0 - t0.r0, t1.c0 - t0.c0)
+    if step[1 if tied else 0]:     # the loop moves along the vocabulary only
+        return 0, (0, 0)
+    owners = {}
+    for j, t in enumerate(tiles):
+        for key in keys(t):
+            owners.setdefault(key, set()).add(j)
+    n = 0
+    for j, t in enumerate(tiles):
+        same = ((t.ref, t.rows, t.cols, t.bank) == (t0.ref, t0.rows, t0.cols, t0.bank)
+                and (t.r0, t.c0) == (t0.r0 + j * step[0], t0.c0 + j * step[1]))
+        # block starts index logits lanes, so they must stay lane aligned
+        if not (same and all(owners[k] == {j} and k[0] % 128 == 0 for k in keys(t))):
+            break
+        n += 1
+    return max(n - num_banks, 0), step
 
 
 def ring_matrix(stream, s, k, tiles, first):

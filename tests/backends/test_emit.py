@@ -64,3 +64,18 @@ def _weights(model):
     from megakernel.models.weights import init_weights
 
     return init_weights(model)
+
+
+@pytest.mark.parametrize("name,devices,loop", [("qwen3-32b", 8, 37), ("llama-3.2-1b", 1, 234)])
+def test_lm_head_loops_over_its_even_tiles(name, devices, loop, tmp_path):
+    """The head's evenly stepped tiles are one fori_loop, not unrolled code: the
+    AOT compile time of a big-vocabulary model depends on it."""
+    from megakernel.backends import pallas_tpu as backend
+    from megakernel.backends.pallas_tpu import runtime
+
+    model = zoo.model(name)
+    plan = plan_model(model, devices=devices, batch=1, tokens=1)
+    module = load.import_module(backend.compile_model(model, plan, tmp_path))
+    head = module.SEGMENTS[-1]
+    n, _ = runtime.head_loop(head.tiles, plan.shard.tied, module.BANK_SHAPE[2], module.NUM_BANKS)
+    assert n == loop and len(head.tiles) - n == module.NUM_BANKS + 1

@@ -43,6 +43,8 @@ def moe(dtype="float32", **kw):
 VARIANT = dict(qk_norm=True, qkv_bias=True, o_bias=True, tie_embeddings=True,
                norm_offset=True, activation="gelu_tanh")
 
+ROLLED_HEAD = {"bank_bytes": 128 * 1024, "num_banks": 3}
+
 CASES = [  # (id, model factory, devices, batch, tokens, steps[, plan overrides])
     ("dense-f32-1dev", lambda: dense(), 1, 2, 1, 2),
     ("dense-bf16-2dev-t2", lambda: dense("bfloat16"), 2, 3, 2, 2),
@@ -52,6 +54,11 @@ CASES = [  # (id, model factory, devices, batch, tokens, steps[, plan overrides]
     ("variant-f32-2dev", lambda: dense(**VARIANT), 2, 2, 1, 2),
     ("dense-bf16-2dev-rs_ag", lambda: dense("bfloat16", hidden_size=256), 2, 2, 1, 2,
      {"allreduce": "rs_ag"}),
+    # small banks give the LM head many evenly stepped tiles: its fori_loop path
+    ("rolled-head-f32-2dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1),
+     2, 2, 1, 2, ROLLED_HEAD),
+    ("rolled-tied-head-f32-1dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1,
+                                                tie_embeddings=True), 1, 2, 1, 2, ROLLED_HEAD),
 ]
 SLOW = [
     ("dense-bf16-4dev-b4-t2", lambda: dense("bfloat16", num_layers=3), 4, 4, 2, 3),
