@@ -148,7 +148,8 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
                 rec["aot_compiler_reported_s"] = res.compile_seconds
                 rec["aot_vmem_limit_bytes"] = getattr(res, "vmem_limit_bytes", None)
                 rec["aot_topology"] = getattr(res, "topology", None)
-                rec["aot_hbm_copies"] = len(getattr(res, "copies", ()) or ())
+                rec["aot_hbm_copies"] = len(res.copies)
+                rec["aot_hbm_copy_bytes"] = res.copy_bytes
         else:
             rec["skipped"]["aot"] = "no kernel (codegen failed)"
         done(rec)

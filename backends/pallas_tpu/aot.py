@@ -34,13 +34,38 @@ class AotResult:
     plan_vmem_bytes: int             # MemoryPlan.vmem_total
     compile_seconds: float
     topology: str
-    copies: tuple[str, ...] = ()     # XLA copies around the kernel (should be none)
+    copies: tuple[str, ...] = ()     # XLA copies around the kernel, "name dtype[shape]"
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes per core XLA copies around the kernel each call (each copy reads
+        and writes them). A kernel with remote DMAs gets its outputs copied out of
+        XLA's buffers for it, and its in-place caches copied in; see
+        docs/verification.md."""
+        return sum(copy_nbytes(c) for c in self.copies)
 
     def summary(self) -> str:
         mib = 2**20
         used = "?" if self.vmem_used_bytes is None else f"{self.vmem_used_bytes / mib:.2f}"
-        return (f"{self.topology}: compiled in {self.compile_seconds:.1f}s; VMEM used {used} "
+        text = (f"{self.topology}: compiled in {self.compile_seconds:.1f}s; VMEM used {used} "
                 f"MiB (compiler) vs {self.plan_vmem_bytes / mib:.2f} MiB (plan)")
+        if self.copies:
+            text += (f"; XLA adds {len(self.copies)} copies around the kernel "
+                     f"({self.copy_bytes / mib:.1f} MiB per core per call)")
+        return text
+
+
+_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "f32": 4, "s32": 4,
+             "u32": 4, "f64": 8, "s64": 8}
+
+
+def copy_nbytes(copy: str) -> int:
+    """Bytes of one ``hbm_copies`` entry, e.g. 'copy.3 bf16[64,1,4096,128]'."""
+    m = re.search(r"([a-z]+\d*)\[([\d,]*)\]", copy)
+    if not m:
+        return 0
+    dims = [int(d) for d in m.group(2).split(",") if d]
+    return _ITEMSIZE.get(m.group(1), 4) * int(np.prod(dims, dtype=np.int64))
 
 
 def topology_mesh(topology: str, cores: int):
