@@ -221,6 +221,7 @@ def cmd_check(args) -> int:
         model, plan = load_compiled(args.model)
     else:
         model, plan = make_plan(args)
+    _fits_interpreter(model, args.max_weights_gib)
     from megakernel.models.weights import init_weights
 
     with progress(f"interpret-mode check, {args.steps} step(s)"):
@@ -236,10 +237,30 @@ def _check_examples(args) -> int:
     model = _load(args.model)
     if args.layers:
         model = model.truncated(args.layers)
+    _fits_interpreter(model, args.max_weights_gib)
     with progress(f"{args.examples} drawn cases on {args.devices} core(s)"):
         report_text = check_examples(model, examples=args.examples, devices=args.devices)
     print(report_text)   # a failure raises CheckError: the shrunk case, exit 2
     return 0
+
+
+def _fits_interpreter(model, limit_gib: float) -> None:
+    """Interpret mode holds random weights in host memory and runs every op in
+    the CPU interpreter: refuse models that would take hours or the machine's
+    memory, and say what to do instead."""
+    from megakernel.errors import CheckError
+
+    nbytes = sum(spec.nbytes for spec in model.params().values())
+    if nbytes <= limit_gib * 2**30:
+        return
+    raise CheckError(
+        f"{model.name} has {nbytes / 2**30:.1f} GiB of weights ({len(model.layers)} layers); "
+        f"an interpret-mode check is limited to {limit_gib:g} GiB (--max-weights-gib), since "
+        "it holds random weights in host memory and interprets every op on the CPU",
+        path=f"{model.name}.check",
+        hint="check a model of the same family at a small width (see docs/new-model.md), "
+             "cut layers with --layers K (the embedding and LM head stay full size), or "
+             "run `megakernel aot` on the full-size kernel: it compiles it for TPU")
 
 
 def _check_args(p) -> None:
@@ -249,6 +270,9 @@ def _check_args(p) -> None:
     p.add_argument("--hf", default=None, help="check against a Hugging Face fixture folder")
     p.add_argument("--examples", type=int, default=0,
                    help="property-test N drawn cases (batch, tokens, positions, ids)")
+    p.add_argument("--max-weights-gib", type=float, default=2.0,
+                   help="refuse models with more weight bytes than this (interpret mode "
+                        "runs on the CPU)")
 
 
 def cmd_aot(args) -> int:

@@ -40,6 +40,8 @@ def test_plan_json_is_the_plan(capsys):
     (["show", "no-such-model"], "neither a zoo name"),
     (["plan", "tiny-moe", "--devices", "3"], "cannot be split evenly over 3"),
     (["plan", "tiny-moe", "--vmem-budget", "1MiB"], "vmem"),
+    (["check", "qwen3-32b", "--devices", "8"], "61.0 GiB of weights"),
+    (["check", "qwen3-30b-a3b", "--examples", "2"], "--max-weights-gib"),
 ])
 def test_bad_input_is_one_paragraph_and_exit_2(argv, needle, capsys):
     code, out, err = run(*argv, capsys=capsys)
