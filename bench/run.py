@@ -9,15 +9,18 @@ only) and a trace-mode step (tiny models only: both run the kernel in the
 Pallas interpreter on this CPU). Beside those it prints the cost model's step
 time, HBM floor and efficiency (labelled modeled), the compiled VMEM against
 the plan's, the bytes the traced kernel moved against the minimum, the
-synchronised-ops ablation (``bench/timeline.py``) and the AOT compile time of
-qwen3-32b against the same model cut to 4 layers.
+synchronised-ops ablation (``bench/timeline.py``), the AOT compile time of
+qwen3-32b against the same model cut to 4 layers, and (tiny models) the step
+replayed from the traces of the megakernel and of its synchronised-ops
+variant (``bench/replay.py``: the ablation modeled from its own trace).
 
 Each model runs in its own worker process (``--worker``) under a share of the
 time budget, writing its record after every stage, so one slow or crashing
 stage costs only its own cells. Any stage that fails or is missing prints its
 error in its cell; no number is ever filled in for it.
 
-Outputs: ``bench/results/bench.json`` and ``bench/results/timeline.png``.
+Outputs: ``bench/results/bench.json``, ``bench/results/timeline.png`` and the
+replay charts ``bench/results/replay_tiny-moe{,_sync}.png``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ INTERPRET = ("tiny-dense", "tiny-moe")
 DEPTH_MODEL, DEPTH_CUT = "qwen3-32b", 4
 TIMELINE_MODEL, TIMELINE_LAYERS = ("qwen3-32b", 8), 3
 CHECK_STEPS = 2
+REPLAY_CHART = "tiny-moe"      # its trace replays are drawn too
 
 NUMBER_FIELDS = ("plan_s", "modeled_step_ms", "modeled_hbm_floor_ms", "modeled_efficiency",
                  "modeled_tokens_per_s_per_user", "modeled_bytes_per_step",
@@ -58,7 +62,8 @@ NUMBER_FIELDS = ("plan_s", "modeled_step_ms", "modeled_hbm_floor_ms", "modeled_e
 STAGE_FIELDS = {"codegen": ("codegen_s",),
                 "aot": ("aot_compile_s", "compiled_vmem_bytes"),
                 "check": ("check_s",),
-                "trace": ("trace_s", "trace_bytes_per_step")}
+                "trace": ("trace_s", "trace_bytes_per_step"),
+                "replay": ("replay_s", "replay_step_ms")}
 
 
 STAGES = ("plan",) + tuple(STAGE_FIELDS)
@@ -92,6 +97,7 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
 
     from bench.timeline import expand, synchronised_us
 
+    aot_reason = "libtpu not importable" if aot is None else "not requested (--no-aot)"
     aot = libtpu_available() if aot is None else aot
     interpret = name in INTERPRET if interpret is None else interpret
     rec = {"model": name, "cores": devices, "batch": batch, "layers": layers,
@@ -139,7 +145,7 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
             kernel = _stage(rec, "codegen", lambda: backend.compile_model(model, plan, kdir))
         done(rec)
         if not aot:
-            rec["skipped"]["aot"] = "libtpu not importable"
+            rec["skipped"]["aot"] = aot_reason
         elif kernel is not None:
             res = _stage(rec, "aot", lambda: backend.aot_compile(kdir, plan))
             if res is not None:
@@ -154,11 +160,11 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
             rec["skipped"]["aot"] = "no kernel (codegen failed)"
         done(rec)
         if not interpret:
-            for stage in ("check", "trace"):
+            for stage in ("check", "trace", "replay"):
                 rec["skipped"][stage] = "interpret mode: tiny models only"
             return rec
         if kernel is None:
-            for stage in ("check", "trace"):
+            for stage in ("check", "trace", "replay"):
                 rec["skipped"][stage] = "no kernel (codegen failed)"
             return rec
         from megakernel.models.weights import init_weights
@@ -172,6 +178,10 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
                        check_token_agreement=float(res.token_agreement))
         done(rec)
         res = _stage(rec, "trace", lambda: _trace_bytes(model, plan, weights, kdir))
+        if res is not None:
+            rec.update(res)
+        done(rec)
+        res = _stage(rec, "replay", lambda: _trace_replay(model, plan, weights, kdir))
         if res is not None:
             rec.update(res)
         done(rec)
@@ -221,6 +231,40 @@ def _trace_bytes(model, plan, weights, kdir) -> dict:
             "trace_weight_bytes_per_step": res.hbm_weight_bytes(0),
             "plan_weight_bytes_per_step": sum(plan_weights.values()),
             "trace_dma_count": len(mine)}
+
+
+def _trace_replay(model, plan, weights, kdir) -> dict:
+    """The step replayed from the traces of the megakernel and of its
+    synchronised-ops variant (``bench/replay.py``; modeled), with both
+    timelines drawn for the chart model."""
+    from megakernel.backends import pallas_tpu as backend
+    from megakernel.backends.pallas_tpu import load, trace
+
+    from bench.replay import replay
+    from bench.timeline import Expanded, plot
+
+    out = {}
+    for sync in (False, True):
+        d = Path(kdir) / ("replay-sync" if sync else "replay")
+        module = load.import_module(backend.compile_model(model, plan, d, synchronised=sync))
+        res = trace.trace_step(model, plan, weights, module=module)
+        rep = replay(res.program(0), plan.target, rows_padded=plan.memory.rows_padded,
+                     itemsize=model.dtype.itemsize, f32=model.dtype.value == "float32")
+        key = "replay_sync" if sync else "replay"
+        out.update({f"{key}_step_ms": rep.step_ms, f"{key}_stall_ms": rep.stall_us / 1e3,
+                    f"{key}_hbm_bytes": rep.bytes})
+        if model.name == REPLAY_CHART:
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            png = RESULTS / f"replay_{model.name}{'_sync' if sync else ''}.png"
+            what = "synchronised-ops variant" if sync else "megakernel"
+            plot(Expanded(rep.events, (), rep.step_us), png,
+                 title=f"{model.name}, 1 core, batch 1: one step of the {what} replayed from "
+                       f"its trace (MODELED, {rep.step_us:.1f} us)",
+                 xlabel="time in step, us (MODELED: the traced DMA order at the cost model's "
+                        "rates, bench/replay.py)")
+            out[f"{key}_png"] = str(png)
+    out["replay_sync_slowdown"] = out["replay_sync_step_ms"] / out["replay_step_ms"]
+    return out
 
 
 # ---------------------------------------------------------------- the run

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 COLUMNS = ("model", "cores", "plan s", "codegen s", "AOT s", "step ms (modeled)",
            "HBM floor ms (modeled)", "eff. (modeled)", "sync-ops ms (modeled)",
+           "trace replay ms mega/sync (modeled)",
            "VMEM MiB compiled/plan", "XLA copies MiB", "bytes/step trace/min", "check s")
 
 
@@ -62,6 +63,9 @@ class _Cells:
         cells.append(s(r, "plan", lambda: f"{r['modeled_efficiency']:.1%}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_sync_step_ms']:.3f} "
                                           f"(x{r['modeled_sync_slowdown']:.2f})"))
+        cells.append(s(r, "replay", lambda: f"{r['replay_step_ms']:.4f}/"
+                                            f"{r['replay_sync_step_ms']:.4f} "
+                                            f"(x{r['replay_sync_slowdown']:.2f})"))
         cells.append(s(r, "aot", lambda: ("n/a" if r["compiled_vmem_bytes"] is None
                                           else _mib(r["compiled_vmem_bytes"]))
                                          + f"/{_mib(_plan_vmem(r))}")
@@ -96,6 +100,12 @@ def render(records: list[dict], summary: dict) -> str:
         "before its op's compute, nothing",
         "  fetched ahead across op or layer boundaries; bench/timeline.py), x = its slowdown "
         "over the megakernel's modeled step.",
+        "trace replay (modeled): one step replayed from the trace of the kernel's own DMA "
+        "starts and waits, and of its",
+        "  synchronised-ops variant (the same plan emitted with no DMA ahead across op "
+        "boundaries), with the cost model's",
+        "  rates (bench/replay.py); x = the variant's slowdown. Tiny models only "
+        "(the trace runs in the interpreter).",
         "bytes/step: HBM bytes one step of the executed kernel read (trace mode: the kernel "
         "run in the interpreter, tiny",
         "  models only) / the minimum the HBM floor counts (valid weights + KV + vectors), "

@@ -103,7 +103,9 @@ def synchronised_us(events) -> dict[str, float]:
     return {"strict": strict, "overlap": overlap}
 
 
-def plot(expanded: Expanded, path, *, title: str, layers: int = 3) -> None:
+def plot(expanded: Expanded, path, *, title: str, layers: int = 3,
+         xlabel: str = "time in step, us (MODELED by the cost model, not a measurement); "
+                       "dotted lines: layer ends") -> None:
     """Write a PNG of the first ``layers`` layers (after the prologue) of the
     modeled timeline: DMA, compute, collective and stall lanes."""
     import matplotlib
@@ -128,8 +130,7 @@ def plot(expanded: Expanded, path, *, title: str, layers: int = 3) -> None:
         ax.axvline(x, color="black", linestyle=":", linewidth=0.8)
     ax.set_yticks(range(len(lanes)), [names[lane] for lane in lanes])
     ax.set_xlim(0, stop)
-    ax.set_xlabel("time in step, us (MODELED by the cost model, not a measurement); "
-                  "dotted lines: layer ends")
+    ax.set_xlabel(xlabel)
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=130)

@@ -185,9 +185,12 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     table.add(Buffer("ring.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (g.num_banks,),
                      "dma_semaphore", 0, *whole, "[bank]"))
     h = model.hidden_size
-    embed_rows = (round_up(rows, sublanes(dt)), h)
+    # A DMA along the tiled row axis must start on a tile: each token's row
+    # arrives inside its aligned block of `sublanes` rows.
+    embed_rows = (rows, sublanes(dt), h)
     table.add(Buffer("embed.rows", Space.VMEM, Kind.ACTIVATION, embed_rows, dt,
-                     padded_bytes(embed_rows, dt), 0, index["embed"], "gathered embedding rows"))
+                     padded_bytes(embed_rows, dt), 0, index["embed"],
+                     "per token, the aligned block of rows holding its embedding row"))
     table.add(Buffer("embed.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "dma_semaphore", 0,
                      0, index["embed"], "row gathers"))
     table.add(Buffer("final_norm", Space.VMEM, Kind.RESIDENT, (1, h), dt,

@@ -13,11 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def compile_model(model, plan, out_dir) -> Path:
-    """Write ``out_dir/kernel.py`` for ``plan`` (checked with ``ast``); returns its path."""
+def compile_model(model, plan, out_dir, *, synchronised: bool = False) -> Path:
+    """Write ``out_dir/kernel.py`` for ``plan`` (checked with ``ast``); returns its
+    path. ``synchronised``: the synchronised-ops ablation of the same plan."""
     from megakernel.backends.pallas_tpu import emit, load
 
-    path = load.write(emit.render(model, plan), out_dir)
+    path = load.write(emit.render(model, plan, synchronised=synchronised), out_dir)
     load.check_syntax(path)
     return path
 

@@ -142,7 +142,8 @@ def stack_body(c: StackCtx) -> list[str]:
     lines = [f"# ---- stack {s}: layers {c.shard.start}..{c.shard.start + count - 1} "
              f"({c.layer.kind}) ----",
              f"vec_s{s} = rt.Vectors(({''.join(f's{s}_{pack.ident(p)}, ' for p in c.vectors)}), "
-             f"({''.join(f'vec_s{s}_{i}, ' for i in range(len(c.vectors)))}), vec_sems_s{s})",
+             f"({''.join(f'vec_s{s}_{i}, ' for i in range(len(c.vectors)))}), vec_sems_s{s}, "
+             "sync=SYNCHRONISED)",
              f"vec_s{s}.start(0)", "", f"def layer_s{s}(k, carry):",
              f"    vec_s{s}.wait(k)", "", f"    @pl.when(k + 1 < {count})",
              "    def _():", f"        vec_s{s}.start(k + 1)", "",
@@ -159,8 +160,9 @@ def stack_body(c: StackCtx) -> list[str]:
     return lines
 
 
-def render(model, plan) -> str:
-    """The generated module's source text for ``plan``."""
+def render(model, plan, *, synchronised: bool = False) -> str:
+    """The generated module's source text for ``plan``; ``synchronised`` builds
+    the synchronised-ops ablation (no DMA ahead across op boundaries; bench only)."""
     from megakernel.backends.pallas_tpu import scratch
 
     known = ("one_shot", "rs_ag", "exchange")
@@ -196,4 +198,4 @@ def render(model, plan) -> str:
         input_names=", ".join(o.name + ("_in" if o.role == "cache" else "") for o in inputs),
         output_names=", ".join(["next_token"] + [ops[i].name for i in caches]),
         scratch_names=", ".join(sc.names), scratch_unpack=sc.unpack, body=body,
-        collective_id=0 if plan.shard.cores > 1 else None)
+        collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised)

@@ -4,6 +4,11 @@ The weight ring (``Stream``): every streamed tile has a flat index t in one
 step; it lives in bank ``t % R``. The prologue starts tiles 0..R-1; after tile
 t is consumed, tile t+R is started into the bank just freed, which may belong
 to a later op, the next layer, the next stack or the LM head.
+
+``sync=True`` builds the synchronised-ops ablation from the same kernel: no
+DMA runs ahead across an op boundary. Each ring op starts its own first R
+tiles when it begins (``begin``) and refills only with its own tiles; the
+per-layer vectors are fetched when their layer starts.
 """
 
 from __future__ import annotations
@@ -46,8 +51,9 @@ class Segment:
 class Stream:
     """The weight ring over ``segments`` (stacks in order, then the head)."""
 
-    def __init__(self, banks, sems, num_banks, segments, refs, aux=()):
+    def __init__(self, banks, sems, num_banks, segments, refs, aux=(), sync=False):
         self.banks, self.sems, self.R = banks, sems, num_banks
+        self.sync, self._op_end = sync, None
         self.segments, self.refs = segments, refs      # refs[s][i]: HBM weight
         # aux[i]: [R, rows, cols] ring of one tile shape that is not tile
         # aligned (a DMA into a corner of the main banks must be aligned).
@@ -93,8 +99,20 @@ class Stream:
         return self.segments[-1].end
 
     def prologue(self):
+        if self.sync:
+            return
         for flat in range(min(self.R, self.total())):
             self._start_static(flat)
+
+    def begin(self, s, k, first, count):
+        """An op consumes tiles first..first+count-1 of layer k of segment s.
+        Only in the synchronised ablation does this start DMAs: the op's first
+        R tiles, nothing earlier having fetched them."""
+        if not self.sync:
+            return
+        self._op_end = first + count
+        for j in range(first, first + min(self.R, count)):
+            self._copy(s, k, j, self.flat(s, k, j)).start()
 
     def flat(self, s, k, j):
         seg = self.segments[s]
@@ -137,6 +155,10 @@ class Stream:
                         for a, b in zip(srcs, self._dsts(tile, slot))])
 
     def _refill(self, s, k, j):
+        if self.sync:
+            if j + self.R < self._op_end:       # the op's own next tile only
+                self._copy(s, k, j + self.R, self.flat(s, k, j) + self.R).start()
+            return
         seg, n = self.segments[s], len(self.segments[s].tiles)
         ahead, j2 = divmod(j + self.R, n)
         if not seg.layered:          # head: k is static
@@ -195,8 +217,8 @@ class Vectors:
     """Per-layer vectors of one stack, double-buffered by layer parity:
     hbm[i] is [L, 1, n_i], buf[i] is [2, 1, n_i], sems is [2, len]."""
 
-    def __init__(self, hbm, bufs, sems):
-        self.hbm, self.bufs, self.sems = hbm, bufs, sems
+    def __init__(self, hbm, bufs, sems, sync=False):
+        self.hbm, self.bufs, self.sems, self.sync = hbm, bufs, sems, sync
 
     def _copies(self, k):
         p = k % 2
@@ -204,11 +226,17 @@ class Vectors:
                 for i, (h, b) in enumerate(zip(self.hbm, self.bufs))]
 
     def start(self, k):
+        if self.sync:           # the ablation fetches at the layer start, in wait
+            return
         for c in self._copies(k):
             c.start()
 
     def wait(self, k):
-        for c in self._copies(k):
+        copies = self._copies(k)
+        if self.sync:
+            for c in copies:
+                c.start()
+        for c in copies:
             c.wait()
 
     def get(self, i, k):

@@ -58,6 +58,7 @@ def ring_linear(stream, s, k, x, tiles, out_cols, first):
     """y[:, c0:c0+cols] (+)= x[:, r0:r0+rows] @ tile, over static tiles
     ``first .. first+len(tiles)`` of segment s (row blocks accumulate)."""
     blocks = {}
+    stream.begin(s, k, first, len(tiles))
     for j, t in enumerate(tiles):
         xs = x[:, t.r0:t.r0 + t.rows]
         parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
@@ -129,7 +130,7 @@ def block_argmax(logits, valid):
 def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded):
     """Embedding rows of this core's vocabulary slice by token id (SMEM).
     Row r's token arrives in blocks[r] inside its aligned block of A rows
-    (blocks is [rows_padded, A, H]) and is picked by a masked sum; rows of
+    (blocks is [rows, A, H]) and is picked by a masked sum; rows of
     tokens another core owns stay zero (the all-reduce fills them)."""
     align, hidden = blocks.shape[1], blocks.shape[2]
     blocks[...] = jnp.zeros(blocks.shape, blocks.dtype)
@@ -194,6 +195,7 @@ def lm_head(stream, s, xn, tied, logits_ref, valid, base):
             best = reduce(best, key, blk)
         return best
 
+    stream.begin(s, 0, 0, len(seg.tiles))
     rolled, step = head_loop(seg.tiles, tied, stream.banks.shape[2], stream.R)
     best = None
     if rolled:
@@ -263,6 +265,7 @@ def head_loop(tiles, tied, bank_cols, num_banks):
 def ring_matrix(stream, s, k, tiles, first):
     """A whole (small) weight assembled from its ring tiles, as a value."""
     rows = {}
+    stream.begin(s, k, first, len(tiles))
     for j, t in enumerate(tiles):
         got = stream.consume(s, k, first + j, lambda p: [(c, w[...]) for c, w in p])
         rows.setdefault(t.r0, []).extend((t.c0 + c, w) for c, w in got)

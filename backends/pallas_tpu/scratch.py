@@ -101,7 +101,7 @@ def plan_scratch(model, plan, ctxs) -> Scratch:
         sc.add(f"aux_banks_{i}", "vmem", (stream.num_banks, rows, cols), dt)
     sc.add("ring_sems", "dma", (stream.num_banks,))
     # Each token's row arrives inside its aligned block of `sublanes` rows.
-    sc.add("embed_rows", "vmem", (mem.rows_padded, sublanes(model.dtype.value),
+    sc.add("embed_rows", "vmem", (mem.rows, sublanes(model.dtype.value),
                                   model.hidden_size), model.dtype.value)
     sc.add("embed_sem", "dma", (1,))
     sc.add("residual", "vmem", (mem.rows_padded, model.hidden_size), "float32")
@@ -200,7 +200,8 @@ def prologue_lines(model, plan, ctxs, sc: Scratch) -> list[str]:
     aux = "".join(f"aux_banks_{i}, " for i in range(len(sc.aux)))
     lines = ["me = jax.lax.axis_index('x')" if n > 1 else "me = 0",
              "pos = rt.positions(start_pos, ROWS_PADDED, BATCH, TOKENS)",
-             f"stream = rt.Stream(banks, ring_sems, NUM_BANKS, SEGMENTS, ({', '.join(refs)},), ({aux}))",
+             f"stream = rt.Stream(banks, ring_sems, NUM_BANKS, SEGMENTS, ({', '.join(refs)},), ({aux}), "
+             "sync=SYNCHRONISED)",
              "stream.prologue()   # first NUM_BANKS tiles of the step in flight"]
     for c in ctxs:
         for _, ep, tp, _, _ in c.shard.experts:

@@ -30,6 +30,16 @@ class DmaEvent:
 @dataclass(frozen=True)
 class TraceResult:
     events: tuple[DmaEvent, ...]
+    # Program order: (op, event order, core) with op "start" (the kernel issued
+    # the DMA) or "done" (a wait consumed it; DMAs run on wait in the interpreter).
+    order: tuple[tuple[str, int, int], ...] = ()
+
+    def program(self, device: int = 0) -> list[tuple[str, int, int, str]]:
+        """(op, DMA, bytes, kind) in the order core ``device`` issued and waited
+        for its DMAs: the input of ``bench.replay``."""
+        ev = {e.order: e for e in self.events}
+        return [(op, i, ev[i].nbytes, ev[i].kind) for op, i, core in self.order
+                if core == device and i in ev]
 
     def bytes_by_kind(self, device: int = 0) -> dict[str, int]:
         out: Counter = Counter()
@@ -81,9 +91,13 @@ class DmaLog:
     def __enter__(self):
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
 
-        self._ipc, orig = ipc, ipc.DMA.execute_read
-        self._orig = orig
+        from jax._src.pallas.mosaic.interpret import shared_memory as shm
+
+        self._ipc, self._shm = ipc, shm
+        orig, orig_task = ipc.DMA.execute_read, shm.SharedMemory.append_semaphore_task
+        self._orig, self._orig_task = orig, orig_task
         raw = self._raw = []
+        order = self._order = []     # (op, dma id, issuing device)
 
         def execute_read(dma):
             fresh = dma.state == ipc.DmaState.STARTED
@@ -93,13 +107,25 @@ class DmaLog:
                             ipc.TPU_MEMORY_SPACE_NAMES[dma.src_memory_space],
                             ipc.TPU_MEMORY_SPACE_NAMES[dma.dst_memory_space],
                             dma.src_device_id, dma.dst_device_id, _kind(dma, ipc)))
+                order.append(("done", dma.id, dma.src_device_id))
+
+        def append_semaphore_task(memory, sem_id, core_id, task):
+            dma = getattr(task, "__self__", None)
+            if isinstance(dma, ipc.DMA) and dma.state == ipc.DmaState.STARTED and (
+                    not order or order[-1] != ("start", dma.id, dma.src_device_id)):
+                order.append(("start", dma.id, dma.src_device_id))   # dma_start queues it
+            return orig_task(memory, sem_id, core_id, task)
 
         ipc.DMA.execute_read = execute_read
+        shm.SharedMemory.append_semaphore_task = append_semaphore_task
         return self
 
     def __exit__(self, *exc):
         self._ipc.DMA.execute_read = self._orig
+        self._shm.SharedMemory.append_semaphore_task = self._orig_task
+        index = {r[0]: i for i, r in enumerate(sorted(self._raw))}
         self.events = [DmaEvent(i, *r[1:]) for i, r in enumerate(sorted(self._raw))]
+        self.order = tuple((op, index[d], dev) for op, d, dev in self._order if d in index)
 
 
 def trace_step(model, plan, weights, *, module=None, out_dir=None, seed: int = 0,
@@ -122,7 +148,7 @@ def trace_step(model, plan, weights, *, module=None, out_dir=None, seed: int = 0
     runner.step(tokens, np.zeros((b,), np.int32))          # compile outside the log
     with DmaLog() as log:
         runner.step(tokens, np.full((b,), t, np.int32))
-    return TraceResult(tuple(log.events))
+    return TraceResult(tuple(log.events), log.order)
 
 
 def plan_weight_bytes(plan) -> dict[str, int]:

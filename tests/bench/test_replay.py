@@ -1,0 +1,88 @@
+"""The trace replay (bench/replay.py) against hand-computed timings, and the
+synchronised-ops kernel variant it is compared with."""
+
+import dataclasses
+
+import pytest
+from jax.experimental.pallas import tpu as pltpu
+
+from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu import load, trace
+from megakernel.compiler.pipeline import plan_model
+from megakernel.compiler.target import CostConstants, make_target
+from megakernel.models import zoo
+from megakernel.models.weights import init_weights
+
+from bench.replay import replay
+
+TARGET = make_target("tpu7x", 1)
+# No latency, overheads or compute: only the HBM path's sharing is left.
+BARE = dataclasses.replace(CostConstants.default(), dma_latency_s=0.0, tile_overhead_s=0.0,
+                           op_overhead_s=0.0, kernel_launch_s=0.0)
+
+
+def _bw():
+    return TARGET.hbm_bw * BARE.hbm_efficiency / 1e6        # bytes per us
+
+
+def test_one_dma_in_flight_gets_its_share_only():
+    prog = [("start", 0, 8_000_000, "vector"), ("done", 0, 8_000_000, "vector")]
+    rep = replay(prog, TARGET, rows_padded=8, itemsize=2, f32=False, constants=BARE)
+    assert rep.step_us == pytest.approx(8e6 / (_bw() * BARE.hbm_share_per_dma))
+    assert rep.stall_us == pytest.approx(rep.step_us)
+
+
+def test_eight_in_flight_share_the_whole_bandwidth():
+    n = round(1 / BARE.hbm_share_per_dma)
+    prog = [("start", i, 1_000_000, "vector") for i in range(n)]
+    prog += [("done", i, 1_000_000, "vector") for i in range(n)]
+    rep = replay(prog, TARGET, rows_padded=8, itemsize=2, f32=False, constants=BARE)
+    assert rep.step_us == pytest.approx(n * 1e6 / _bw())
+    assert rep.bytes == n * 1_000_000
+
+
+def test_fetching_ahead_beats_fetching_on_demand():
+    """Two tiles, one DMA drawing at most half the bandwidth: started together
+    they stream at full speed; started one after the other's matmul, at half."""
+    c = dataclasses.replace(BARE, hbm_share_per_dma=0.5)
+    b = 4_000_000
+    mxu = 2 * c.mxu_push_rows * (b / 2) / TARGET.bf16_flops * 1e6
+    ahead = [("start", 0, b, "ring"), ("start", 1, b, "ring"),
+             ("done", 0, b, "ring"), ("done", 1, b, "ring")]
+    demand = [("start", 0, b, "ring"), ("done", 0, b, "ring"),
+              ("start", 1, b, "ring"), ("done", 1, b, "ring")]
+    kw = dict(rows_padded=8, itemsize=2, f32=False, constants=c)
+    assert replay(ahead, TARGET, **kw).step_us == pytest.approx(2 * b / _bw() + 2 * mxu)
+    assert replay(demand, TARGET, **kw).step_us == pytest.approx(4 * b / _bw() + 2 * mxu)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_interpreter():
+    yield
+    pltpu.reset_tpu_interpret_mode_state()
+
+
+def test_synchronised_variant_is_correct_moves_the_same_bytes_and_replays_slower(tmp_path):
+    model = zoo.model("tiny-moe")
+    plan = plan_model(model, devices=1, batch=2, tokens=1)
+    weights = init_weights(model, seed=5)
+    reps, kinds = {}, {}
+    for sync in (False, True):
+        module = load.import_module(backend.compile_model(
+            model, plan, tmp_path / str(sync), synchronised=sync))
+        assert module.SYNCHRONISED is sync
+        result = backend.check(model, plan, weights, steps=2, module=module)
+        assert result.ok and not result.races, result
+        res = trace.trace_step(model, plan, weights, module=module)
+        kinds[sync] = res.bytes_by_kind(0)
+        prog = res.program(0)
+        # every DMA is started once before the wait that consumes it
+        started = set()
+        for op, dma, _, _ in prog:
+            assert (op == "start") == (dma not in started)
+            started.add(dma)
+        reps[sync] = replay(prog, plan.target, rows_padded=plan.memory.rows_padded,
+                            itemsize=2, f32=False)
+    assert kinds[True] == kinds[False]
+    assert reps[True].bytes == reps[False].bytes
+    assert reps[True].step_us > 1.2 * reps[False].step_us
