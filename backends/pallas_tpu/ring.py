@@ -135,6 +135,7 @@ class Stream:
         """``consume`` for a traced tile index ``j`` of the (unlayered) head,
         inside a run of tiles shaped like ``tile`` whose offsets advance by
         ``step`` = (rows, cols) per tile: tile j is ``tile`` moved by j * step.
+        ``fn(pieces, r0, c0)`` gets tile j's row and column offsets too.
         Starts tile j+R, which the caller guarantees lies in the same run.
         Looping over such a run emits its DMA and matmul code once instead of
         once per tile (the LM head is most of a model's tiles)."""
@@ -142,13 +143,14 @@ class Stream:
         flat = self.segments[s].offset + j
         self._run_copy(s, tile, step, j, flat).wait()
         dsts = self._dsts(tile, flat % self.R)
-        out = fn([(c, d) for (c, _), d in zip(self._pieces(tile), dsts)])
+        out = fn([(c, d) for (c, _), d in zip(self._pieces(tile), dsts)],
+                 *_run_offsets(tile, step, j))
         self._run_copy(s, tile, step, j + self.R, flat + self.R).start()
         return out
 
     def _run_copy(self, s, tile, step, j, flat):
         src = self.refs[s][tile.ref]
-        r0, c0 = (moved(base, d, j) for base, d in ((tile.r0, step[0]), (tile.c0, step[1])))
+        r0, c0 = _run_offsets(tile, step, j)
         slot = flat % self.R
         srcs = [src.at[pl.ds(r0, tile.rows), pl.ds(c0 + c, w)] for c, w in self._pieces(tile)]
         return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot])
@@ -191,11 +193,12 @@ def tile_pieces(tile, width):
     return [(c, min(width, tile.cols - c)) for c in range(0, tile.cols, width)]
 
 
-def moved(base, step, j):
-    """base + j * step for a traced j, with its alignment stated for Mosaic."""
-    if step == 0:
-        return base
-    return pl.multiple_of(base + j * step, math.gcd(base, step))
+def _run_offsets(tile, step, j):
+    """(r0, c0) of ``tile`` moved by a traced j * step, alignment stated for Mosaic."""
+    def moved(base, d):
+        return base if d == 0 else pl.multiple_of(base + j * d, math.gcd(base, d))
+
+    return moved(tile.r0, step[0]), moved(tile.c0, step[1])
 
 
 class _Copies:

@@ -16,7 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
     all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
-from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, moved, tile_pieces  # noqa: F401
+from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, tile_pieces  # noqa: F401
 
 NEG_INF = float("-inf")
 
@@ -204,8 +204,7 @@ def lm_head(stream, s, xn, tied, logits_ref, valid, base):
         init = (jnp.full((rows, 1), NEG_INF, jnp.float32), jnp.full((rows, 1), 2**30, jnp.int32))
 
         def body(j, best):
-            r0, c0 = moved(t0.r0, step[0], j), moved(t0.c0, step[1], j)
-            parts = stream.consume_run(s, j, t0, step, lambda p: use(p, t0, r0, c0))
+            parts = stream.consume_run(s, j, t0, step, lambda p, r0, c0: use(p, t0, r0, c0))
             return reduce_parts(best, parts)
 
         best = jax.lax.fori_loop(0, rolled, body, init)
