@@ -169,19 +169,27 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
             return rec
         from megakernel.models.weights import init_weights
 
+        from megakernel.backends.pallas_tpu import load, trace
+
         weights = init_weights(model, seed=0)
+        module = load.import_module(kernel)       # checked, traced and replayed as built
         res = _stage(rec, "check", lambda: backend.check(model, plan, weights,
-                                                         steps=CHECK_STEPS, seed=0))
+                                                         steps=CHECK_STEPS, seed=0,
+                                                         module=module))
         if res is not None:
             rec.update(check_ok=bool(res.ok), check_steps=res.steps,
                        check_max_abs_err=float(res.max_abs_err),
                        check_token_agreement=float(res.token_agreement))
         done(rec)
-        res = _stage(rec, "trace", lambda: _trace_bytes(model, plan, weights, kdir))
-        if res is not None:
-            rec.update(res)
+        traced = _stage(rec, "trace",
+                        lambda: trace.trace_step(model, plan, weights, module=module))
+        if traced is not None:
+            rec.update(_trace_bytes(plan, traced))
         done(rec)
-        res = _stage(rec, "replay", lambda: _trace_replay(model, plan, weights, kdir))
+        if traced is None:
+            rec["skipped"]["replay"] = "no trace (the trace stage failed)"
+            return rec
+        res = _stage(rec, "replay", lambda: _trace_replay(model, plan, weights, kdir, traced))
         if res is not None:
             rec.update(res)
         done(rec)
@@ -211,12 +219,11 @@ def _stage(rec: dict, stage: str, fn):
     return out
 
 
-def _trace_bytes(model, plan, weights, kdir) -> dict:
-    """Bytes one step of the executed kernel moved on core 0 (trace mode, interpreter):
+def _trace_bytes(plan, res) -> dict:
+    """Bytes one traced step of the kernel moved on core 0 (trace mode, interpreter):
     HBM reads (the column), HBM writes, by kind, and the weights against the plan's."""
     from megakernel.backends.pallas_tpu import trace
 
-    res = trace.trace_step(model, plan, weights, out_dir=Path(kdir) / "trace")
     mine = [e for e in res.events if e.src_dev == 0 and e.dst_dev == 0]
     kinds: dict[str, int] = {}
     for e in mine:
@@ -233,21 +240,22 @@ def _trace_bytes(model, plan, weights, kdir) -> dict:
             "trace_dma_count": len(mine)}
 
 
-def _trace_replay(model, plan, weights, kdir) -> dict:
-    """The step replayed from the traces of the megakernel and of its
-    synchronised-ops variant (``bench/replay.py``; modeled), with both
-    timelines drawn for the chart model."""
+def _trace_replay(model, plan, weights, kdir, traced) -> dict:
+    """The step replayed from the megakernel's trace (``traced``) and from the
+    trace of its synchronised-ops variant (``bench/replay.py``; modeled), with
+    both timelines drawn for the chart model."""
     from megakernel.backends import pallas_tpu as backend
     from megakernel.backends.pallas_tpu import load, trace
 
     from bench.replay import replay
     from bench.timeline import Expanded, plot
 
+    def sync_trace():
+        path = backend.compile_model(model, plan, Path(kdir) / "sync", synchronised=True)
+        return trace.trace_step(model, plan, weights, module=load.import_module(path))
+
     out = {}
-    for sync in (False, True):
-        d = Path(kdir) / ("replay-sync" if sync else "replay")
-        module = load.import_module(backend.compile_model(model, plan, d, synchronised=sync))
-        res = trace.trace_step(model, plan, weights, module=module)
+    for sync, res in ((False, traced), (True, sync_trace())):
         rep = replay(res.program(0), plan.target, rows_padded=plan.memory.rows_padded,
                      itemsize=model.dtype.itemsize, f32=model.dtype.value == "float32")
         key = "replay_sync" if sync else "replay"

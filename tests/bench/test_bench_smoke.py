@@ -40,6 +40,15 @@ def test_every_stage_has_a_number_or_a_reason(tiny_record):
                 assert _is_number(tiny_record[key]), key
 
 
+def test_tiny_model_runs_every_stage(tiny_record):
+    """The tiny model must not hide a broken stage behind an error cell."""
+    assert tiny_record["errors"] == {}, tiny_record["errors"]
+    assert tiny_record["check_ok"] is True
+    # both kernels replayed from their own traces; same bytes, the variant slower
+    assert tiny_record["replay_hbm_bytes"] == tiny_record["replay_sync_hbm_bytes"] > 0
+    assert tiny_record["replay_sync_slowdown"] > 1.0
+
+
 def test_table_shows_errors_in_their_cells(tiny_record):
     broken = dict(tiny_record, errors={"aot": "RuntimeError: boom"}, skipped={})
     text = table.render([tiny_record, broken], {"aot_depth": {"error": "not run"}})
