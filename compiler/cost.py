@@ -26,7 +26,7 @@ from megakernel.compiler.schedule_collectives import CollectivePlan
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
 from megakernel.ir.graph import Model
-from megakernel.ir.ops import MLP, Attention, Linear, MoE
+from megakernel.registry import Registry
 
 LABEL = "modeled (cost model, not a measurement)"
 
@@ -111,34 +111,13 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
             name = f"s{ss.stack}.{node.name}"
             mine = tiles.get(node.name)
             rb, n_tiles = (mine.nbytes, mine.count) if mine else (0, 0)
-            flops = 2.0 * rows_eff * (mine.elements if mine else 0)
             other = vec if i == 0 else 0
-            ph = dict(ring_bytes=rb, other_bytes=other, floor_bytes=rb + other, flops=flops,
+            ph = dict(ring_bytes=rb, other_bytes=other, floor_bytes=rb + other,
+                      flops=2.0 * rows_eff * (mine.elements if mine else 0),
                       tiles=n_tiles, outstanding=ring,
                       overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
-            if isinstance(node.op, Attention):
-                kv = next(k for k in memory.kv if k.stack == ss.stack and k.node == node.name)
-                _, q_l, kv_l, _ = next(h for h in ss.heads if h[0] == node.name)
-                group = max(request.tokens * q_l // kv_l, 1)
-                n_tiles = request.batch * kv.tiles_per_seq
-                ph.update(other_bytes=other + kv.bytes_per_layer,
-                          floor_bytes=rb + other + kv.valid_bytes_per_layer,
-                          flops=4.0 * kv_l * n_tiles * max(group, c.mxu_push_rows)
-                          * kv.kv_tile * node.op.head_dim,
-                          outstanding=ring + 2,
-                          overhead_s=2 * n_tiles * c.tile_overhead_s + c.op_overhead_s)
-            elif isinstance(node.op, MoE):
-                e = next(x for x in memory.experts if x.stack == ss.stack and x.node == node.name)
-                fetches = e.max_distinct * e.chunks
-                bw = _bw(target, ring + e.slots)
-                ph.update(other_bytes=other + e.bytes_per_layer,
-                          floor_bytes=rb + other + e.bytes_per_layer,
-                          flops=flops + 2.0 * rows_eff * fetches * 3 * e.hidden * e.chunk,
-                          outstanding=ring + e.slots,
-                          overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
-                          stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")
-            elif not isinstance(node.op, (Linear, MLP)):
-                ph.update(overhead_s=c.op_overhead_s)
+            cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
+            ph = COST(node.op.kind, f"layers[{ss.stack}].{node.name}")(cx, node, ph)
             out.append(Phase(name, ss.stack, ss.count, **ph))
             for red in ss.reductions:
                 if red.producer == node.name:
@@ -161,6 +140,59 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
                           stall_s=collectives.specs[-1].seconds + c.op_overhead_s))
     head.append(Phase("epilogue", None, 1, overhead_s=c.op_overhead_s))
     return pre, stacks, head, rate
+
+
+@dataclass(frozen=True)
+class _NodeCost:
+    """What a cost rule sees besides its node: the plan around it."""
+
+    model: Model
+    ss: object           # the stack's StackShard
+    memory: object
+    target: Target
+    request: PlanRequest
+    rows_eff: float      # LHS rows the MXU charges for (weight-push bound)
+    ring: int            # ring depth: DMAs the weight stream keeps in flight
+
+
+# One rule per op kind: (ctx, node, phase fields of its ring tiles) -> phase fields.
+COST: Registry = Registry("cost", "compiler/cost.py")
+
+
+@COST.register("linear", "mlp", "rmsnorm", "rope", "add")
+def _streamed_or_vector(cx: _NodeCost, node, ph: dict) -> dict:
+    """Ring tiles (if any) through the MXU, plus one op's fixed vector cost."""
+    return ph
+
+
+@COST.register("attention")
+def _attention_cost(cx: _NodeCost, node, ph: dict) -> dict:
+    c, request = cx.target.constants, cx.request
+    kv = next(k for k in cx.memory.kv if k.stack == cx.ss.stack and k.node == node.name)
+    _, q_l, kv_l, _ = next(h for h in cx.ss.heads if h[0] == node.name)
+    group = max(request.tokens * q_l // kv_l, 1)
+    n_tiles = request.batch * kv.tiles_per_seq
+    other = ph["other_bytes"]
+    return dict(ph, other_bytes=other + kv.bytes_per_layer,
+                floor_bytes=ph["ring_bytes"] + other + kv.valid_bytes_per_layer,
+                flops=4.0 * kv_l * n_tiles * max(group, c.mxu_push_rows) * kv.kv_tile
+                * node.op.head_dim,
+                outstanding=cx.ring + 2,
+                overhead_s=2 * n_tiles * c.tile_overhead_s + c.op_overhead_s)
+
+
+@COST.register("moe")
+def _moe_cost(cx: _NodeCost, node, ph: dict) -> dict:
+    c = cx.target.constants
+    e = next(x for x in cx.memory.experts if x.stack == cx.ss.stack and x.node == node.name)
+    fetches = e.max_distinct * e.chunks
+    bw = _bw(cx.target, cx.ring + e.slots)
+    return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,
+                floor_bytes=ph["floor_bytes"] + e.bytes_per_layer,
+                flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk,
+                outstanding=cx.ring + e.slots,
+                overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
+                stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")
 
 
 def _bw(target: Target, outstanding: int) -> float:

@@ -21,10 +21,9 @@ from megakernel.compiler.cost import estimate
 from megakernel.compiler.plan import Plan
 from megakernel.compiler.request import make_request
 from megakernel.compiler.schedule_collectives import collective_specs, schedule_collectives
-from megakernel.compiler.shard import moe_degrees, shard_model
+from megakernel.compiler.shard import expert_counts, moe_degrees, shard_model
 from megakernel.compiler.target import Target, make_target
 from megakernel.ir.graph import Model
-from megakernel.ir.ops import MoE
 
 STAGES = ("request", "target", "shard", "algorithms", "geometry", "memory", "schedule", "cost")
 
@@ -70,8 +69,7 @@ def _target(target, devices: int) -> Target:
 
 def _expert_parallel_options(model: Model, request) -> list:
     forced = request.overrides.moe_parallel
-    has_moe = any(isinstance(n.op, MoE) for st in model.stacks for n in st.layer.nodes)
-    if forced is not None or not has_moe:
+    if forced is not None or not expert_counts(model):
         return [forced]
     return moe_degrees(model, request.devices)
 

@@ -24,7 +24,6 @@ from megakernel.compiler.target import Target
 from megakernel.compiler.tile_weights import ExpertStream, WeightStream, expert_streams, tile_stream
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import Model
-from megakernel.ir.ops import MoE
 
 
 @dataclass(frozen=True)
@@ -169,8 +168,8 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     rows = request.rows
     rows_p = round_up(rows, 8)
     stream = tile_stream(shard, g.bank_bytes, g.num_banks)
-    top_k = {n.name: n.op.top_k for st in model.stacks for n in st.layer.nodes
-             if isinstance(n.op, MoE)}
+    top_k = {name: st.layer.node(name).op.top_k for st, ss in zip(model.stacks, shard.stacks)
+             for name, *_ in ss.experts}
     experts = expert_streams(shard, rows, top_k, g.expert_slots, g.slot_chunks)
     kv = kv_streams(model, shard, request, g.kv_tile)
     index = {p.label: p.index for p in points}

@@ -23,64 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from megakernel.compiler.layout import LANES, dtype_name, itemsize, padded_bytes, round_up
-from megakernel.compiler.shard_rules import Split, layer_rules, legal_core_counts
+from megakernel.compiler.layout import LANES, dtype_name, itemsize, round_up
+from megakernel.compiler.shard_rules import ParamShard, Reduction, Split, layer_rules
 from megakernel.errors import ShardingError, error_context
 from megakernel.ir.graph import Model
-from megakernel.ir.ops import MoE
 
 __all__ = ["Split", "ParamShard", "StackShard", "ShardPlan", "Reduction", "shard_model",
            "moe_degrees", "legal_core_counts", "shard_weights", "gather_weights"]
-
-
-@dataclass(frozen=True)
-class ParamShard:
-    """How one weight is cut. ``name`` is layer-local (``q_proj.weight``) for
-    layer weights, global (``embed.weight``) otherwise. ``channel`` says how it
-    reaches VMEM: ring (streamed tiles), vector (parity double buffer), experts
-    (expert slots), gather (rows by token id), resident."""
-
-    name: str
-    full_shape: tuple[int, ...]
-    dtype: str
-    splits: tuple[Split, ...]
-    channel: str
-    role: str
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Per-core shape, padding included."""
-        out = list(self.full_shape)
-        for s in self.splits:
-            out[s.axis] = s.padded
-        return tuple(out)
-
-    @property
-    def nbytes(self) -> int:
-        return padded_bytes(self.shape, self.dtype)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    def source(self, core: int) -> tuple[slice, ...]:
-        """The region of the full weight core ``core`` holds (before padding)."""
-        region = [slice(0, d) for d in self.full_shape]
-        for s in self.splits:
-            full = self.full_shape[s.axis]
-            lo = min(s.part(core) * s.stride, full)   # trailing parts may be all padding
-            region[s.axis] = slice(lo, min(lo + s.stride, full))
-        return tuple(region)
-
-
-@dataclass(frozen=True)
-class Reduction:
-    """A partial sum ``tensor`` from ``producer`` that must be all-reduced
-    before ``consumer`` reads it."""
-
-    tensor: str
-    producer: str
-    consumer: str
 
 
 @dataclass(frozen=True)
@@ -155,29 +104,45 @@ class ShardPlan:
         return out
 
 
+def expert_counts(model: Model) -> list[int]:
+    """Expert counts of the model's routed ops (any op with ``num_experts``)."""
+    return sorted({n.op.num_experts for st in model.stacks for n in st.layer.nodes
+                   if getattr(n.op, "num_experts", None)})
+
+
 def moe_degrees(model: Model, cores: int) -> list[int]:
     """Expert-parallel degrees d that are legal for every MoE layer: d divides
     ``cores`` and the expert count. [1] for a dense model."""
-    experts = {n.op.num_experts for layer in model.layers for n in layer.nodes
-               if isinstance(n.op, MoE)}
+    experts = expert_counts(model)
     return [d for d in range(1, cores + 1)
             if cores % d == 0 and all(e % d == 0 for e in experts)]
 
 
 def _resolve_ep(model: Model, cores: int, moe_parallel) -> int:
     legal = moe_degrees(model, cores)
-    has_moe = any(isinstance(n.op, MoE) for layer in model.layers for n in layer.nodes)
-    if moe_parallel is None or moe_parallel == "tp" or not has_moe:
+    if moe_parallel is None or moe_parallel == "tp" or not expert_counts(model):
         return 1
     wanted = cores if moe_parallel == "ep" else moe_parallel
     if wanted not in legal:
-        experts = sorted({n.op.num_experts for layer in model.layers for n in layer.nodes
-                          if isinstance(n.op, MoE)})
         raise ShardingError(f"expert-parallel degree {wanted} does not divide both "
-                            f"cores={cores} and num_experts={experts}",
+                            f"cores={cores} and num_experts={expert_counts(model)}",
                             path="shard.moe_parallel",
                             hint=f"use moe_parallel in {legal} or 'tp'")
     return wanted
+
+
+def legal_core_counts(model: Model) -> list[int]:
+    """Core counts in 1..32 that every stack's layer can be sharded over (tried
+    with the sharding rules themselves, so the answer cannot drift from them)."""
+    def fits(cores: int) -> bool:
+        try:
+            for st in model.stacks:
+                layer_rules(st.layer, model.dtype, cores, 1)
+        except ShardingError:
+            return False
+        return True
+
+    return [c for c in range(1, 33) if fits(c)]
 
 
 def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vocab") -> ShardPlan:
@@ -192,9 +157,15 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
     ep = _resolve_ep(model, cores, moe_parallel)
     stacks = []
     for i, st in enumerate(model.stacks):
-        with error_context(f"shard.layers.{st.start}"):
-            params, widths, reductions, heads, experts = layer_rules(
-                st.layer, model.dtype, cores, ep, legal_core_counts(model))
+        try:
+            with error_context(f"shard.layers.{st.start}"):
+                params, widths, reductions, heads, experts = layer_rules(
+                    st.layer, model.dtype, cores, ep)
+        except ShardingError as err:
+            if err.hint:
+                raise
+            raise ShardingError(err.message, path=err.path,
+                                hint=f"use devices in {legal_core_counts(model)}") from None
         stacks.append(StackShard(i, st.start, st.count, params, widths, reductions,
                                  heads, experts))
     v, h, dt = model.vocab_size, model.hidden_size, dtype_name(model.dtype)

@@ -1,21 +1,34 @@
-"""Per-layer sharding rules: propagate a split state through a layer's dataflow.
+"""Per-kind sharding rules: propagate a split state through a layer's dataflow.
 
-After ``layer_rules``: each tensor of the layer is replicated, split along its
-feature axis (a ``Split``), or a partial sum; each weight has its splits; each
-partial sum read by a residual add is a ``Reduction`` (an all-reduce site).
-The state flows forward in node order, so any graph built from the IR's op
-kinds is handled by the same few rules, not by op names.
+After ``layer_rules``: each tensor of the layer is replicated ("rep"), split
+along its feature axis (a ``Split``), or a partial sum ("partial"); each
+weight has its splits; wherever an op needs the full value of a partial sum
+(a norm, a residual add next to a replicated tensor, a projection, a
+nonlinearity) a ``Reduction`` (an all-reduce site) sits between that tensor's
+producer and its first such consumer, and the tensor is replicated after it.
+
+Two passes, each a rule per op kind from ``SHARDING``:
+  * backward, ``want``: the split each op would like its inputs to have. The
+    attention op wants its q/k/v split by heads; per-head ops (rope, a
+    per-head norm) pass that wish on; a projection adopts it as its column
+    split. So any graph of the IR's kinds is sharded by the same few rules,
+    never by op names.
+  * forward, ``forward``: the state of each op's output from its inputs'.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
-from megakernel.compiler.layout import LANES, dtype_name, round_up
+from megakernel.compiler.layout import LANES, dtype_name, itemsize, padded_bytes, round_up
 from megakernel.errors import ShardingError, error_context
-from megakernel.ir.graph import Layer, Model
-from megakernel.ir.ops import MLP, Add, Attention, Linear, MoE, RMSNorm, Rope
+from megakernel.ir.graph import Layer, OpNode
 from megakernel.ir.types import DType
+from megakernel.registry import Registry
+
+REP, PARTIAL = "rep", "partial"
 
 
 @dataclass(frozen=True)
@@ -34,159 +47,302 @@ class Split:
         return (core // self.div) % self.parts
 
 
-def legal_core_counts(model: Model) -> list[int]:
-    """Core counts in 1..32 with a legal head split for every attention op."""
-    ops = {n.op for layer in model.layers for n in layer.attention_nodes()}
-    return [c for c in range(1, 33) if all(
-        a.num_q_heads % c == 0 and (a.num_kv_heads % c == 0 or c % a.num_kv_heads == 0)
-        for a in ops)]
+@dataclass(frozen=True)
+class ParamShard:
+    """How one weight is cut. ``name`` is layer-local (``q_proj.weight``) for
+    layer weights, global (``embed.weight``) otherwise. ``channel`` says how it
+    reaches VMEM: ring (streamed tiles), vector (parity double buffer), experts
+    (expert slots), gather (rows by token id), resident."""
+
+    name: str
+    full_shape: tuple[int, ...]
+    dtype: str
+    splits: tuple[Split, ...]
+    channel: str
+    role: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Per-core shape, padding included."""
+        out = list(self.full_shape)
+        for s in self.splits:
+            out[s.axis] = s.padded
+        return tuple(out)
+
+    @property
+    def nbytes(self) -> int:
+        return padded_bytes(self.shape, self.dtype)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def item(self) -> int:
+        return itemsize(self.dtype)
+
+    def source(self, core: int) -> tuple[slice, ...]:
+        """The region of the full weight core ``core`` holds (before padding)."""
+        region = [slice(0, d) for d in self.full_shape]
+        for s in self.splits:
+            full = self.full_shape[s.axis]
+            lo = min(s.part(core) * s.stride, full)   # trailing parts may be all padding
+            region[s.axis] = slice(lo, min(lo + s.stride, full))
+        return tuple(region)
 
 
-def _head_splits(node, cores: int, legal: list[int]) -> tuple[Split, Split, int]:
-    a: Attention = node.op
-    with error_context(node.name):
-        if a.num_q_heads % cores:
-            raise ShardingError(f"num_q_heads={a.num_q_heads} cannot be split evenly over "
-                                f"{cores} TensorCores", path="num_q_heads",
-                                hint=f"use devices in {legal}")
-        if a.num_kv_heads % cores and cores % a.num_kv_heads:
-            raise ShardingError(f"num_kv_heads={a.num_kv_heads} neither splits over nor "
-                                f"replicates evenly onto {cores} TensorCores",
-                                path="num_kv_heads", hint=f"use devices in {legal}")
-    d = a.head_dim
-    q = Split(0, cores, 1, a.num_q_heads // cores * d, a.num_q_heads // cores * d)
-    if a.num_kv_heads >= cores:
-        kv, rep = Split(0, cores, 1, a.num_kv_heads // cores * d, a.num_kv_heads // cores * d), 1
-    else:
-        rep = cores // a.num_kv_heads
-        kv = Split(0, a.num_kv_heads, rep, d, d)
-    return q, kv, rep
+@dataclass(frozen=True)
+class Reduction:
+    """A partial sum ``tensor`` from ``producer`` that must be all-reduced
+    before ``consumer`` (its first reader that needs the full value) reads it."""
+
+    tensor: str
+    producer: str
+    consumer: str
 
 
-def _lane_split(full: int, parts: int, div: int = 1) -> Split:
-    """An even split of a width that may be zero-padded (MLP/expert widths)."""
-    stride = -(-full // parts)
-    return Split(0, parts, div, stride, round_up(stride, LANES))
+State = "Split | str"
 
 
-def _on(split: Split, axis: int) -> Split:
-    return replace(split, axis=axis)
+@dataclass
+class LayerSharding:
+    """The sharding pass over one layer: tensor states and what it has found."""
+
+    layer: Layer
+    dtype: DType
+    cores: int
+    ep: int
+    state: dict = field(default_factory=dict)
+    wants: dict = field(default_factory=dict)
+    params: list = field(default_factory=list)
+    reductions: list = field(default_factory=list)
+    heads: list = field(default_factory=list)
+    experts: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.producer = {t: n for n in self.layer.nodes for t in n.outputs}
+        self.state[self.layer.input] = REP
+
+    @property
+    def dt(self) -> str:
+        return dtype_name(self.dtype)
+
+    @property
+    def partial(self) -> str:
+        """What a sum over this core's slice is: partial, unless one core holds all."""
+        return PARTIAL if self.cores > 1 else REP
+
+    def param(self, node: OpNode, pname: str, shape, splits, channel: str, role: str,
+              dtype: str | None = None) -> None:
+        self.params.append(ParamShard(f"{node.name}.{pname}", tuple(shape), dtype or self.dt,
+                                      tuple(splits), channel, role))
+
+    def full(self, node: OpNode, tensor: str):
+        """The state of ``tensor`` as ``node`` reads it when it needs the full
+        value: a partial sum is all-reduced first (once; later readers see it
+        replicated)."""
+        if self.state[tensor] == PARTIAL:
+            self.reductions.append(Reduction(tensor, self.producer[tensor].name, node.name))
+            self.state[tensor] = REP
+        return self.state[tensor]
 
 
-def layer_rules(layer: Layer, dtype: DType, cores: int, ep: int, legal: list[int]):
+def _no_wish(ls: LayerSharding, node: OpNode, out_want):
+    return (None,) * len(node.inputs)
+
+
+def _pass_wish(ls: LayerSharding, node: OpNode, out_want):
+    return (out_want,)
+
+
+@dataclass(frozen=True)
+class ShardRule:
+    """``forward(ls, node) -> state of node's outputs``; ``want(ls, node,
+    wanted output split) -> wanted input splits`` (None: no preference)."""
+
+    forward: Callable
+    want: Callable = _no_wish
+
+
+SHARDING: Registry[ShardRule] = Registry("sharding", "compiler/shard_rules.py")
+
+
+def layer_rules(layer: Layer, dtype: DType, cores: int, ep: int):
     """(params, widths, reductions, heads, experts) of one layer; see StackShard."""
-    from megakernel.compiler.shard import ParamShard, Reduction
-
-    dt = dtype_name(dtype)
-    producer = {t: n for n in layer.nodes for t in n.outputs}
-    # Which linear feeds which attention input: walk back through per-head ops.
-    feeds: dict[str, Split] = {}
-    heads, attn_out = [], {}
-    for node in layer.attention_nodes():
-        q, kv, rep = _head_splits(node, cores, legal)
-        a = node.op
-        heads.append((node.name, a.num_q_heads // cores, max(a.num_kv_heads // cores, 1), rep))
-        attn_out[node.name] = q
-        for tensor, split in zip(node.inputs, (q, kv, kv)):
-            src = producer.get(tensor)
-            while src is not None and isinstance(src.op, (Rope, RMSNorm)):
-                src = producer.get(src.inputs[0])
-            if src is not None and isinstance(src.op, Linear):
-                feeds[src.name] = split
-
-    state: dict[str, "Split | str"] = {layer.input: "rep"}
-    params, reductions, experts = [], [], []
-    partial = "partial" if cores > 1 else "rep"
-
-    def param(node, pname, shape, splits, channel, role, pdt=dt):
-        params.append(ParamShard(f"{node.name}.{pname}", tuple(shape), pdt, tuple(splits),
-                                 channel, role))
-
-    for node in layer.nodes:
-        op, ins = node.op, [state[t] for t in node.inputs]
+    ls = LayerSharding(layer, dtype, cores, ep)
+    for node in reversed(layer.nodes):
         with error_context(node.name):
-            if isinstance(op, RMSNorm):
-                s = ins[0]
-                if s == "partial" or (isinstance(s, Split) and s.stride % op.dim):
-                    raise ShardingError(f"dim={op.dim} norm reads a tensor that is split "
-                                        f"or partial across cores", path="dim")
-                param(node, "weight", (op.dim,), (), "vector", "replicated")
-                out = s
-            elif isinstance(op, Rope):
-                out = ins[0]
-            elif isinstance(op, Attention):
-                out = attn_out[node.name]
-            elif isinstance(op, Linear):
-                out = _linear(node, ins[0], feeds.get(node.name), cores, param, partial)
-            elif isinstance(op, Add):
-                for t, s in zip(node.inputs, ins):
-                    if s == "partial":
-                        reductions.append(Reduction(t, producer[t].name, node.name))
-                out = "rep" if "partial" in ins else ins[0]
-            elif isinstance(op, MLP):
-                split = _lane_split(op.intermediate, cores)
-                for pname, spec in op.params(dtype).items():
-                    axis = 0 if pname == "down" else 1
-                    param(node, pname, spec.shape, (_on(split, axis),), "ring",
-                          "rows of intermediate" if axis == 0 else "columns of intermediate")
-                out = partial
-            elif isinstance(op, MoE):
-                _moe(node, dtype, cores, ep, param, experts)
-                out = partial
-            else:
-                raise ShardingError(f"no sharding rule for op kind {op.kind!r}", path="kind")
+            rule = SHARDING(node.op.kind, node.name)
+            wished = rule.want(ls, node, ls.wants.get(node.outputs[0]))
+        for t, w in zip(node.inputs, wished):
+            if w is not None:
+                ls.wants.setdefault(t, w)
+    for node in layer.nodes:
+        with error_context(node.name):
+            out = SHARDING(node.op.kind, node.name).forward(ls, node)
         for t in node.outputs:
-            state[t] = out
-    widths = tuple((t.name, _width(t.shape[0], state.get(t.name, "rep"))) for t in layer.tensors)
-    return tuple(params), widths, tuple(reductions), tuple(heads), tuple(experts)
+            ls.state[t] = out
+    widths = tuple((t.name, _width(t.shape[0], ls.state.get(t.name, REP)))
+                   for t in layer.tensors)
+    return (tuple(ls.params), widths, tuple(ls.reductions), tuple(ls.heads),
+            tuple(ls.experts))
 
 
 def _width(full: int, s) -> int:
     return s.padded if isinstance(s, Split) else full
 
 
-def _linear(node, s, feeds: Split | None, cores, param, partial):
-    op: Linear = node.op
+def lane_split(full: int, parts: int, div: int = 1) -> Split:
+    """An even split of a width that may be zero-padded (MLP/expert widths)."""
+    stride = -(-full // parts)
+    return Split(0, parts, div, stride, round_up(stride, LANES))
+
+
+def on_axis(split: Split, axis: int) -> Split:
+    return replace(split, axis=axis)
+
+
+# ---- rules -----------------------------------------------------------------
+
+def _rmsnorm(ls: LayerSharding, node: OpNode):
+    op, s = node.op, ls.full(node, node.inputs[0])
+    if isinstance(s, Split) and s.stride % op.dim:
+        raise ShardingError(f"dim={op.dim} norm reads a tensor split over cores in "
+                            f"slices of {s.stride} features, which cut its groups",
+                            path="dim", hint="use a core count that keeps whole groups")
+    ls.param(node, "weight", (op.dim,), (), "vector", "replicated")
+    return s
+
+
+SHARDING.register("rmsnorm")(ShardRule(_rmsnorm, _pass_wish))
+SHARDING.register("rope")(ShardRule(lambda ls, node: ls.full(node, node.inputs[0]),
+                                    _pass_wish))
+
+
+def head_splits(op, cores: int) -> tuple[Split, Split, int]:
+    """(q split, kv split, kv replication) of an attention op over ``cores``."""
+    if op.num_q_heads % cores:
+        raise ShardingError(f"num_q_heads={op.num_q_heads} cannot be split evenly over "
+                            f"{cores} TensorCores", path="num_q_heads")
+    if op.num_kv_heads % cores and cores % op.num_kv_heads:
+        raise ShardingError(f"num_kv_heads={op.num_kv_heads} neither splits over nor "
+                            f"replicates evenly onto {cores} TensorCores", path="num_kv_heads")
+    d = op.head_dim
+    q = Split(0, cores, 1, op.num_q_heads // cores * d, op.num_q_heads // cores * d)
+    if op.num_kv_heads >= cores:
+        return q, Split(0, cores, 1, op.num_kv_heads // cores * d,
+                        op.num_kv_heads // cores * d), 1
+    rep = cores // op.num_kv_heads
+    return q, Split(0, op.num_kv_heads, rep, d, d), rep
+
+
+def _attention_want(ls: LayerSharding, node: OpNode, out_want):
+    q, kv, _ = head_splits(node.op, ls.cores)
+    return (q, kv, kv)
+
+
+def _attention(ls: LayerSharding, node: OpNode):
+    op = node.op
+    q, kv, rep = head_splits(op, ls.cores)
+    for t, want in zip(node.inputs, (q, kv, kv)):
+        if ls.state[t] != want:
+            raise ShardingError(f"input {t!r} is {ls.state[t]!r} across cores, expected "
+                                "split by heads: it must come from a projection through "
+                                "per-head ops only", path="inputs")
+    ls.heads.append((node.name, op.num_q_heads // ls.cores, max(op.num_kv_heads // ls.cores, 1),
+                     rep))
+    return q
+
+
+SHARDING.register("attention")(ShardRule(_attention, _attention_want))
+
+
+def _linear_want(ls: LayerSharding, node: OpNode, out_want):
+    return (None,)
+
+
+def _linear(ls: LayerSharding, node: OpNode):
+    op = node.op
     shape = (op.in_features, op.out_features)
+    s = ls.full(node, node.inputs[0])
     if isinstance(s, Split):                      # row-parallel: input features are split
-        if s.parts != cores:
+        if s.parts != ls.cores:
             raise ShardingError("row-parallel projection reads a tensor replicated "
-                                f"on {s.div} cores; its partial sums would repeat", path="weight")
-        param(node, "weight", shape, (_on(s, 0),), "ring", "rows (input heads)")
+                                f"on {s.div} cores; its partial sums would repeat",
+                                path="weight")
+        ls.param(node, "weight", shape, (on_axis(s, 0),), "ring", "rows (input heads)")
         if op.bias:
-            param(node, "bias", (op.out_features,), (), "vector",
-                  "replicated, added once after the all-reduce")
-        return partial
-    if s == "partial":
-        raise ShardingError("reads a partial sum before any all-reduce", path="inputs")
-    if feeds is None:                             # feeds no attention: keep it whole
-        param(node, "weight", shape, (), "ring", "replicated")
+            ls.param(node, "bias", (op.out_features,), (), "vector",
+                     "replicated, added once after the all-reduce")
+        return ls.partial
+    want = ls.wants.get(node.outputs[0])
+    if want is None:                              # nobody wants it split: keep it whole
+        ls.param(node, "weight", shape, (), "ring", "replicated")
         if op.bias:
-            param(node, "bias", (op.out_features,), (), "vector", "replicated")
-        return "rep"
-    param(node, "weight", shape, (_on(feeds, 1),), "ring", "columns (heads)")
+            ls.param(node, "bias", (op.out_features,), (), "vector", "replicated")
+        return REP
+    ls.param(node, "weight", shape, (on_axis(want, 1),), "ring", "columns (heads)")
     if op.bias:
-        param(node, "bias", (op.out_features,), (_on(feeds, 0),), "vector", "columns (heads)")
-    return feeds
+        ls.param(node, "bias", (op.out_features,), (on_axis(want, 0),), "vector",
+                 "columns (heads)")
+    return want
 
 
-def _moe(node, dtype, cores, ep, param, experts):
-    op: MoE = node.op
-    dt = dtype_name(dtype)
-    tp = cores // ep
+SHARDING.register("linear")(ShardRule(_linear, _linear_want))
+
+
+def _add(ls: LayerSharding, node: OpNode):
+    states = [ls.state[t] for t in node.inputs]
+    if all(s == PARTIAL for s in states):
+        return PARTIAL                            # a sum of partial sums stays partial
+    states = [ls.full(node, t) for t in node.inputs]
+    if any(s != states[0] for s in states):
+        raise ShardingError(f"adds tensors held differently across cores: {states}",
+                            path="inputs")
+    return states[0]
+
+
+SHARDING.register("add")(ShardRule(_add))
+
+
+def _mlp(ls: LayerSharding, node: OpNode):
+    op = node.op
+    ls.full(node, node.inputs[0])
+    split = lane_split(op.intermediate, ls.cores)
+    for pname, spec in op.params(ls.dtype).items():
+        axis = 0 if pname == "down" else 1
+        ls.param(node, pname, spec.shape, (on_axis(split, axis),), "ring",
+                 "rows of intermediate" if axis == 0 else "columns of intermediate")
+    return ls.partial
+
+
+SHARDING.register("mlp")(ShardRule(_mlp))
+
+
+def _moe(ls: LayerSharding, node: OpNode):
+    op, ep = node.op, ls.ep
+    ls.full(node, node.inputs[0])
+    tp = ls.cores // ep
     per = Split(0, ep, tp, op.num_experts // ep, op.num_experts // ep)
-    width = _lane_split(op.expert_intermediate, tp)
+    width = lane_split(op.expert_intermediate, tp)
     role = f"experts over {ep} groups, intermediate over {tp} cores"
-    param(node, "router", (op.hidden, op.num_experts), (), "ring", "replicated")
-    if op.correction_bias:
-        param(node, "router_bias", (op.num_experts,), (), "vector", "replicated", "float32")
     h, e, i = op.hidden, op.num_experts, op.expert_intermediate
-    param(node, "experts_gate", (e, h, i), (per, _on(width, 2)), "experts", role)
-    param(node, "experts_up", (e, h, i), (per, _on(width, 2)), "experts", role)
-    param(node, "experts_down", (e, i, h), (per, _on(width, 1)), "experts", role)
+    ls.param(node, "router", (h, e), (), "ring", "replicated")
+    if op.correction_bias:
+        ls.param(node, "router_bias", (e,), (), "vector", "replicated", "float32")
+    ls.param(node, "experts_gate", (e, h, i), (per, on_axis(width, 2)), "experts", role)
+    ls.param(node, "experts_up", (e, h, i), (per, on_axis(width, 2)), "experts", role)
+    ls.param(node, "experts_down", (e, i, h), (per, on_axis(width, 1)), "experts", role)
     if op.num_shared_experts:
-        s = _lane_split(op.shared_width, cores)
-        param(node, "shared_gate", (h, op.shared_width), (_on(s, 1),), "ring", "columns of shared")
-        param(node, "shared_up", (h, op.shared_width), (_on(s, 1),), "ring", "columns of shared")
-        param(node, "shared_down", (op.shared_width, h), (_on(s, 0),), "ring", "rows of shared")
-    experts.append((node.name, ep, tp, op.num_experts // ep, width.padded))
+        s = lane_split(op.shared_width, ls.cores)
+        ls.param(node, "shared_gate", (h, op.shared_width), (on_axis(s, 1),), "ring",
+                 "columns of shared")
+        ls.param(node, "shared_up", (h, op.shared_width), (on_axis(s, 1),), "ring",
+                 "columns of shared")
+        ls.param(node, "shared_down", (op.shared_width, h), (on_axis(s, 0),), "ring",
+                 "rows of shared")
+    ls.experts.append((node.name, ep, tp, op.num_experts // ep, width.padded))
+    return ls.partial
+
+
+SHARDING.register("moe")(ShardRule(_moe))

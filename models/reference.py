@@ -18,6 +18,7 @@ import numpy as np
 
 from megakernel.ir.graph import Model, OpNode
 from megakernel.ir.ops import Activation, Scoring
+from megakernel.registry import Registry
 
 Array = jax.Array
 
@@ -140,16 +141,16 @@ def moe(op, p, x):
     return out
 
 
-# One entry per op kind: (node, params, inputs, ctx) -> output.
-OPS: dict[str, Callable[[OpNode, dict, list, _Ctx], Array]] = {
-    "rmsnorm": lambda n, p, xs, ctx: rmsnorm(n.op, p, xs[0]),
-    "linear": lambda n, p, xs, ctx: linear(n.op, p, xs[0]),
-    "rope": lambda n, p, xs, ctx: rope(n.op, xs[0], ctx.positions),
-    "attention": lambda n, p, xs, ctx: attention(n.op, *xs, ctx, n.name),
-    "mlp": lambda n, p, xs, ctx: mlp(n.op, p, xs[0]),
-    "moe": lambda n, p, xs, ctx: moe(n.op, p, xs[0]),
-    "add": lambda n, p, xs, ctx: xs[0] + xs[1],
-}
+# One rule per op kind: (node, params, inputs, ctx) -> output.
+REFERENCE: Registry[Callable[[OpNode, dict, list, _Ctx], Array]] = Registry(
+    "reference", "models/reference.py")
+REFERENCE.register("rmsnorm")(lambda n, p, xs, ctx: rmsnorm(n.op, p, xs[0]))
+REFERENCE.register("linear")(lambda n, p, xs, ctx: linear(n.op, p, xs[0]))
+REFERENCE.register("rope")(lambda n, p, xs, ctx: rope(n.op, xs[0], ctx.positions))
+REFERENCE.register("attention")(lambda n, p, xs, ctx: attention(n.op, *xs, ctx, n.name))
+REFERENCE.register("mlp")(lambda n, p, xs, ctx: mlp(n.op, p, xs[0]))
+REFERENCE.register("moe")(lambda n, p, xs, ctx: moe(n.op, p, xs[0]))
+REFERENCE.register("add")(lambda n, p, xs, ctx: xs[0] + xs[1])
 
 
 def init_caches(model: Model, batch: int) -> dict[str, Array]:
@@ -170,7 +171,8 @@ def final_hidden(model: Model, weights, tokens, start_pos, caches):
         for node in layer.nodes:
             params = {k.split(".")[-1]: weights[f"layers.{i}.{k}"]
                       for k in layer.params(model.dtype) if k.startswith(node.name + ".")}
-            env[node.outputs[0]] = OPS[node.op.kind](node, params, [env[n] for n in node.inputs], ctx)
+            rule = REFERENCE(node.op.kind, f"layers[{i}].{node.name}")
+            env[node.outputs[0]] = rule(node, params, [env[n] for n in node.inputs], ctx)
         x = env[layer.output]
     x = rmsnorm(model.final_norm, {"weight": weights["final_norm.weight"]}, x)
     return x, caches

@@ -14,30 +14,33 @@ import numpy as np
 
 from megakernel.ir.graph import Model
 from megakernel.ir.types import DType
+from megakernel.registry import Registry
 
-# (op kind, param) -> (rule, fan-in axis). Rules:
+# Per op kind: param -> (rule, fan-in axis). Rules:
 #   "matrix": normal with std 1/sqrt(fan_in)
 #   "residual": like matrix, further divided by sqrt(2 * layers), since these
 #               write into the residual stream once per block (GPT-2's scaling)
+#   "writer": the matrix that makes the op's output: "residual" when a residual
+#             add reads that output (e.g. o_proj), else "matrix"
 #   "scale": 1 + 0.1 * normal (0.1 * normal when the norm has a +1 offset)
 #   "bias": 0.02 * normal;  "route_bias": 0.1 * normal
-_RULES: dict[tuple[str, str], tuple[str, int]] = {
-    ("rmsnorm", "weight"): ("scale", 0),
-    ("linear", "weight"): ("matrix", 0),
-    ("linear", "bias"): ("bias", 0),
-    ("mlp", "gate"): ("matrix", 0),
-    ("mlp", "up"): ("matrix", 0),
-    ("mlp", "down"): ("residual", 0),
-    ("moe", "router"): ("matrix", 0),
-    ("moe", "router_bias"): ("route_bias", 0),
-    ("moe", "experts_gate"): ("matrix", 1),
-    ("moe", "experts_up"): ("matrix", 1),
-    ("moe", "experts_down"): ("residual", 1),
-    ("moe", "shared_gate"): ("matrix", 0),
-    ("moe", "shared_up"): ("matrix", 0),
-    ("moe", "shared_down"): ("residual", 0),
-}
-_RESIDUAL_LINEARS = ("o_proj",)
+INIT: Registry[dict[str, tuple[str, int]]] = Registry("init", "models/weights.py")
+INIT.register("rmsnorm")({"weight": ("scale", 0)})
+INIT.register("linear")({"weight": ("writer", 0), "bias": ("bias", 0)})
+INIT.register("mlp")({"gate": ("matrix", 0), "up": ("matrix", 0), "down": ("residual", 0)})
+INIT.register("moe")({
+    "router": ("matrix", 0), "router_bias": ("route_bias", 0),
+    "experts_gate": ("matrix", 1), "experts_up": ("matrix", 1),
+    "experts_down": ("residual", 1), "shared_gate": ("matrix", 0),
+    "shared_up": ("matrix", 0), "shared_down": ("residual", 0)})
+INIT.register("rope", "attention", "add")({})
+
+
+def _residual_writers(layer) -> set[str]:
+    """Nodes whose output a residual add reads directly (e.g. o_proj)."""
+    adds = [n for n in layer.nodes if n.op.kind == "add"]
+    read = {t for n in adds for t in n.inputs}
+    return {n.name for n in layer.nodes if set(n.outputs) & read}
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:
@@ -74,12 +77,14 @@ def init_weights(model: Model, seed: int = 0, dtype: DType | None = None) -> dic
     put("embed.weight", _rng(seed, "embed.weight").standard_normal(
         (model.vocab_size, model.hidden_size)), model.dtype)
     for i, layer in enumerate(model.layers):
+        residual = _residual_writers(layer)
         for node in layer.nodes:
+            rules = INIT(node.op.kind, f"layers[{i}].{node.name}")
             for pname, spec in node.op.params(model.dtype).items():
                 name = f"layers.{i}.{node.name}.{pname}"
-                rule, axis = _RULES[(node.op.kind, pname)]
-                if rule == "matrix" and node.name in _RESIDUAL_LINEARS:
-                    rule = "residual"
+                rule, axis = rules[pname]
+                if rule == "writer":
+                    rule = "residual" if node.name in residual else "matrix"
                 offset = getattr(node.op, "offset", False)
                 put(name, _draw(rule, spec.shape, spec.shape[axis], depth_scale, offset,
                                 _rng(seed, name)), spec.dtype)

@@ -15,7 +15,7 @@ import jinja2
 
 from megakernel.backends.pallas_tpu import pack
 from megakernel.errors import EmitError
-from megakernel.ir.ops import Attention, MoE
+from megakernel.registry import Registry
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -36,6 +36,12 @@ class StackCtx:
         self.vectors = [p.name for p in self.shard.params if p.channel == "vector"]
         self.ring = [p.name for p in self.shard.params if p.channel == "ring"]
         self.sites = {c.producer: c for c in plan.collectives.per_layer(s)}
+        self.libraries: dict[str, str] = {}     # kernel library module -> its alias
+
+    def library(self, module: str, alias: str) -> str:
+        """Import ``backends.pallas_tpu.<module>`` as ``alias`` in the kernel."""
+        self.libraries[module] = alias
+        return alias
 
     def vec(self, name: str) -> str:
         return f"vec_s{self.s}.get({self.vectors.index(name)}, k)"
@@ -63,12 +69,18 @@ class StackCtx:
         return [allreduce_call(self.plan, v(tensor), par, site.name)]
 
 
+# One rule per op kind: (stack context, node) -> source lines of the layer body.
+EMITTERS: Registry = Registry("emitter", "backends/pallas_tpu/emit.py")
+
+
+@EMITTERS.register("rmsnorm")
 def _rmsnorm(c: StackCtx, n) -> list[str]:
     op = n.op
     return [f"{v(n.outputs[0])} = rt.rmsnorm({v(n.inputs[0])}, {c.vec(n.name + '.weight')}, "
             f"dim={op.dim}, eps={op.eps!r}, offset={op.offset})"]
 
 
+@EMITTERS.register("linear")
 def _linear(c: StackCtx, n) -> list[str]:
     out = n.outputs[0]
     lines = [c.linear(v(out), v(n.inputs[0]), f"{n.name}.weight", c.shard.width(out))]
@@ -78,6 +90,7 @@ def _linear(c: StackCtx, n) -> list[str]:
     return lines
 
 
+@EMITTERS.register("rope")
 def _rope(c: StackCtx, n) -> list[str]:
     op = n.op
     heads = c.shard.width(n.inputs[0]) // op.head_dim
@@ -86,13 +99,16 @@ def _rope(c: StackCtx, n) -> list[str]:
             f"head_dim={op.head_dim}, rotary_dim={op.rotary_dim})"]
 
 
+@EMITTERS.register("attention")
 def _attention(c: StackCtx, n) -> list[str]:
     q, kk, vv = (v(t) for t in n.inputs)
     caches = f"s{c.s}_{n.name}_k_cache, s{c.s}_{n.name}_v_cache"
+    c.library("attention", "attn_lib")
     return [f"{v(n.outputs[0])} = attn_lib.attend(ATTN_S{c.s}_{n.name}, {q}, {kk}, {vv}, "
             f"{caches}, k, start_pos, attn_s{c.s}_{n.name})"]
 
 
+@EMITTERS.register("mlp")
 def _mlp(c: StackCtx, n) -> list[str]:
     op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
     width = c.shard.param(f"{n.name}.up").shape[1]
@@ -107,12 +123,14 @@ def _mlp(c: StackCtx, n) -> list[str]:
     return lines + c.reduce(n.name, out)
 
 
+@EMITTERS.register("moe")
 def _moe(c: StackCtx, n) -> list[str]:
     op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
     pre = f"s{c.s}_{n.name}_"
     bias = c.vec(f"{n.name}.router_bias") if op.correction_bias else "None"
     local = next(e for e in c.shard.experts if e[0] == n.name)[3]
     first, count = c.tiles_of(f"{n.name}.router")
+    c.library("moe", "moe_lib")
     lines = [f"router = rt.ring_matrix(stream, {c.s}, k, S{c.s}_TILES.tiles[{first}:"
              f"{first + count}], first={first})",
              f"{v(out)} = moe_lib.moe_routed(MOE_S{c.s}_{n.name}, {x}, router, {bias}, "
@@ -128,13 +146,10 @@ def _moe(c: StackCtx, n) -> list[str]:
     return lines + c.reduce(n.name, out)
 
 
+@EMITTERS.register("add")
 def _add(c: StackCtx, n) -> list[str]:
     a, b = (v(t) for t in n.inputs)
     return [f"{v(n.outputs[0])} = {a} + {b}"]
-
-
-EMITTERS = {"rmsnorm": _rmsnorm, "linear": _linear, "rope": _rope, "attention": _attention,
-            "mlp": _mlp, "moe": _moe, "add": _add}
 
 
 def stack_body(c: StackCtx) -> list[str]:
@@ -149,10 +164,7 @@ def stack_body(c: StackCtx) -> list[str]:
              "    def _():", f"        vec_s{s}.start(k + 1)", "",
              f"    {v(c.layer.input)} = residual[...]"]
     for n in c.layer.nodes:
-        emitter = EMITTERS.get(n.op.kind)
-        if emitter is None:
-            raise EmitError(f"no emitter for op kind {n.op.kind!r}; known: {sorted(EMITTERS)}",
-                            path=f"layers[{s}].{n.name}")
+        emitter = EMITTERS(n.op.kind, f"layers[{s}].{n.name}")
         lines.append(f"    # node: layers[{s}].{n.name}")
         lines += [f"    {line}" for line in emitter(c, n)]
     lines += [f"    residual[...] = {v(c.layer.output)}", "    return carry", "",
@@ -189,8 +201,7 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         vocab_size=model.vocab_size, vocab_stride=plan.shard.vocab_stride,
         vocab_local=plan.shard.vocab_local, num_banks=mem.stream.num_banks,
         bank_shape=sc.bank_shape, vmem_limit=sc.vmem_limit,
-        has_attention=any(isinstance(n.op, Attention) for c in ctxs for n in c.layer.nodes),
-        has_moe=any(isinstance(n.op, MoE) for c in ctxs for n in c.layer.nodes),
+        libraries=sorted({(m, a) for c in ctxs for m, a in c.libraries.items()}),
         inputs=inputs, sharded=tuple(o.sharded for o in inputs), cache_inputs=tuple(caches),
         segments=sc.segments, segment_names=", ".join(s["name"] for s in sc.segments),
         geometry_lines=sc.geometry_lines, scratch_lines=sc.lines, scratch_extra=sc.extra,

@@ -16,6 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from megakernel.ir.graph import Model
+from megakernel.registry import Registry
+
+# One rule per op kind: (op) -> {name suffix: constant table [1, n] f32} that
+# the kernel reads from VMEM (none for most kinds).
+CONSTANTS: Registry = Registry("constant operand", "backends/pallas_tpu/pack.py")
+CONSTANTS.register("rmsnorm", "linear", "attention", "mlp", "moe", "add")(lambda op: {})
+CONSTANTS.register("rope")(lambda op: {"inv_freq": op.inv_freq().astype(np.float32)[None, :]})
 
 
 @dataclass(frozen=True)
@@ -55,10 +62,11 @@ def operands(model: Model, plan) -> list[Operand]:
                                True, ss.stack, p.channel))
     for st, ss in zip(model.stacks, shard.stacks):
         for n in st.layer.nodes:
-            if n.op.kind == "rope":
-                out.append(Operand(f"s{ss.stack}_{n.name}_inv_freq", n.name,
-                                   (1, n.op.rotary_dim // 2), "float32", "vmem", False,
-                                   ss.stack, "rope"))
+            tables = CONSTANTS(n.op.kind, f"layers[{ss.stack}].{n.name}")(n.op)
+            for suffix, table in tables.items():
+                out.append(Operand(f"s{ss.stack}_{n.name}_{suffix}", f"{n.name}.{suffix}",
+                                   table.shape, "float32", "vmem", False, ss.stack,
+                                   "constant"))
     for kv in mem.kv:
         for part in ("k", "v"):
             out.append(Operand(f"s{kv.stack}_{kv.node}_{part}_cache", f"{kv.node}.{part}",
@@ -79,9 +87,10 @@ def pack_weights(model: Model, plan, weights: dict[str, np.ndarray]) -> dict[str
     for op in operands(model, plan):
         if op.role in ("step", "cache"):
             continue
-        if op.role == "rope":
-            node = model.stacks[op.stack].layer.node(op.source).op
-            out[op.name] = node.inv_freq().astype(np.float32).reshape(op.shape)
+        if op.role == "constant":
+            name, suffix = op.source.rsplit(".", 1)
+            node = model.stacks[op.stack].layer.node(name).op
+            out[op.name] = CONSTANTS(node.kind, name)(node)[suffix]
             continue
         if op.stack is None:
             arrays = [per_core[c][op.source].reshape(op.shape) for c in range(n)]
@@ -95,12 +104,11 @@ def pack_weights(model: Model, plan, weights: dict[str, np.ndarray]) -> dict[str
 
 
 def _kv_columns(plan, stack: int, node: str, core: int, head_dim: int) -> list[int]:
-    """Full-cache kv head indices held by ``core`` (from k_proj's column split)."""
-    ss = plan.shard.stacks[stack]
-    k_lin = next(p for p in ss.params if p.name.endswith(".weight") and
-                 p.name.split(".")[0] in ("k_proj",))
-    cols = k_lin.source(core)[1]
-    return list(range(cols.start // head_dim, -(-cols.stop // head_dim)))
+    """Full-cache kv head indices held by ``core``: the attention rule splits kv
+    heads over the cores, or gives each of ``rep`` neighbouring cores one."""
+    _, _, kv_l, rep = next(h for h in plan.shard.stacks[stack].heads if h[0] == node)
+    first = core * kv_l if rep == 1 else core // rep
+    return list(range(first, first + kv_l))
 
 
 def pack_caches(model: Model, plan, caches: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
