@@ -754,7 +754,7 @@ def wave2_specs():
                 COMMON2,
                 rms_norm_eps=1e-5,
                 max_position_embeddings=131072,
-                intermediate_size=64,
+                intermediate_size=96,  # != hidden, so [E, in, out] vs [E, out, in] shows in the shapes
                 num_local_experts=4,
                 num_experts_per_tok=2,
                 sliding_window=4,
