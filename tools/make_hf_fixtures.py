@@ -34,6 +34,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,17 +46,36 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (  # noqa: E402
+    AutoConfig,
     AutoModelForCausalLM,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GptOssConfig,
+    GptOssForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3_5ForCausalLM,
+    Qwen3_5TextConfig,
     Qwen3Config,
     Qwen3ForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -452,30 +472,6 @@ def make_family_once(name, cfg_cls, model_cls, kwargs, out_root: Path, seed: int
 #     switched off and fails unless the logits move by more than ABLATION_MIN,
 #     which shows the term is visible at the parity tolerance.
 # ---------------------------------------------------------------------------
-
-from dataclasses import dataclass, field  # noqa: E402
-
-from transformers import (  # noqa: E402
-    AutoConfig,
-    DeepseekV3Config,
-    DeepseekV3ForCausalLM,
-    Gemma2Config,
-    Gemma2ForCausalLM,
-    Gemma3ForCausalLM,
-    Gemma3TextConfig,
-    GptOssConfig,
-    GptOssForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    Olmo2Config,
-    Olmo2ForCausalLM,
-    Phi3Config,
-    Phi3ForCausalLM,
-    Qwen3_5ForCausalLM,
-    Qwen3_5TextConfig,
-    Qwen3NextConfig,
-    Qwen3NextForCausalLM,
-)
 
 # RMSNorm classes that scale by (1 + w) (weight zero-initialised by HF).
 ZERO_CENTRED_NORMS = {"Qwen3_5RMSNorm", "Qwen3NextRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm"}
