@@ -5,6 +5,8 @@
 #
 #   make hf-fixtures         regenerate tests/fixtures/hf/* (deterministic)
 #   make hf-fixtures-verify  reload the committed fixtures and re-check logits
+#   make hf-fixtures-crosscheck  recompute the wave-2 fixtures with an independent
+#                            NumPy derivation of tests/fixtures/hf/README.md's facts
 #
 # torch MUST stay 2.13.0: pip takes that one from a local CPU wheel; any other
 # version would pull a multi-GB CUDA build from the index.
@@ -14,7 +16,7 @@ HF_PYTHON311  ?= $(shell command -v python3.11 2>/dev/null || echo /root/.pyenv/
 HF_PIP_PINS   ?= torch==2.13.0 transformers==5.24.0 safetensors==0.8.0 numpy==2.4.6
 HF_FIXTURES   ?= tests/fixtures/hf
 
-.PHONY: hf-fixtures hf-fixtures-verify hf-venv
+.PHONY: hf-fixtures hf-fixtures-verify hf-fixtures-crosscheck hf-venv
 
 $(HF_VENV)/bin/python:
 	$(HF_PYTHON311) -m venv $(HF_VENV)
@@ -32,3 +34,6 @@ hf-fixtures: $(HF_VENV)/.installed
 
 hf-fixtures-verify: $(HF_VENV)/.installed
 	$(HF_VENV)/bin/python tools/make_hf_fixtures.py --verify --out $(HF_FIXTURES)
+
+hf-fixtures-crosscheck: $(HF_VENV)/.installed
+	$(HF_VENV)/bin/python tools/hf_fixtures_crosscheck.py
