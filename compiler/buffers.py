@@ -1,4 +1,5 @@
-"""The records a memory plan is made of: memory spaces, program points, buffers.
+"""The records a memory plan is made of: memory spaces, program points, buffers,
+the operands of the kernel call, and what each kernel library asks for.
 
 A *program point* is one step of the compact step program: the prologue, the
 embedding, each node (and each all-reduce) of each stack's layer, and the head.
@@ -6,6 +7,12 @@ A stack's points stand for every layer of the stack (the kernel loops over
 them), so the program stays short however deep the model is. A buffer's
 lifetime is the inclusive range of points during which it holds live data;
 buffers living inside a stack are reused by every layer of it.
+
+A buffer's ``role`` says how the kernel gets it: ``scratch`` (declared in the
+pallas_call's scratch list, by this name), ``operand`` / ``output`` (an input
+or output of the call, in ``MemoryPlan.operands`` order), or ``builtin`` (made
+by Mosaic itself, such as the barrier semaphore). The generated kernel declares
+exactly the plan's scratch, operands and outputs; nothing else.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ class Kind(enum.Enum):
     SCRATCH = "scratch"                  # op-internal (accumulators, softmax state)
     ROUTER = "router"
     COLLECTIVE = "collective"
-    LOGITS = "logits"
+    STATE = "state"                      # per-op state windows / staging
     SCALARS = "scalars"
     SEMAPHORES = "semaphores"
     HBM_WEIGHTS = "hbm_weights"
@@ -65,10 +72,62 @@ class Buffer:
     first: int = 0
     last: int = 0
     note: str = ""
+    role: str = "scratch"
 
     @property
     def count(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def ident(self) -> str:
+        """The buffer's variable name in the generated kernel."""
+        return self.name.removeprefix("hbm.").replace(".", "_")
+
     def live_at(self, point: int) -> bool:
         return self.first <= point <= self.last
+
+
+@dataclass(frozen=True)
+class Need:
+    """One buffer a kernel library asks for, named as the library's argument."""
+
+    name: str
+    space: Space
+    shape: tuple[int, ...]
+    dtype: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Op ``node`` of stack ``stack`` gets plan buffer ``buffer`` as its kernel
+    library's argument ``arg`` (buffers may be shared across stacks)."""
+
+    stack: int
+    node: str
+    arg: str
+    buffer: str
+
+
+@dataclass(frozen=True)
+class OpGeometry:
+    """The static geometry an op's kernel library runs with on one core; the
+    emitter renders it as the library's geometry record, field by field."""
+
+    stack: int
+    node: str
+    library: str
+    geometry: object
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand of the kernel call, in call order: plan buffer ``buffer``,
+    filled from ``source`` (a weight, a cache, a step input); ``sharded``: the
+    global array is the cores' arrays concatenated on axis 0."""
+
+    buffer: str
+    source: str
+    sharded: bool
+    role: str            # step | gather | vector | ring | experts | constant | cache
+    stack: int | None = None

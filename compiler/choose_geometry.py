@@ -16,7 +16,8 @@ from megakernel.compiler import cost
 from megakernel.compiler.layout import mib
 from megakernel.compiler.plan_memory import Geometry, kv_tile_options, plan_memory
 from megakernel.compiler.schedule_collectives import schedule_collectives
-from megakernel.compiler.tile_weights import chunk_options
+from megakernel.compiler.ring_layout import ring_layout
+from megakernel.compiler.tile_weights import chunk_options, tile_stream
 from megakernel.errors import PlanningError
 
 KiB, MiB = 2**10, 2**20
@@ -35,6 +36,7 @@ class _Search:
     specs: tuple
     seen: dict = dataclasses.field(default_factory=dict)
     fixed: dict = dataclasses.field(default_factory=dict)
+    per_bank: dict = dataclasses.field(default_factory=dict)
 
     def fixed_vmem(self, g: Geometry) -> int:
         """VMEM of everything but the ring (it does not depend on the ring)."""
@@ -43,11 +45,18 @@ class _Search:
             probe = dataclasses.replace(g, bank_bytes=max(BANK_OPTIONS), num_banks=2)
             memory = plan_memory(self.model, self.shard, self.target, self.request, probe,
                                  self.specs, check=False)
-            self.fixed[key] = memory.vmem_total - 2 * probe.bank_bytes
+            self.fixed[key] = memory.vmem_total - memory.ring.nbytes
         return self.fixed[key]
 
+    def ring_bytes(self, g: Geometry) -> int:
+        """Declared bytes of the ring for ``g`` (linear in the bank count)."""
+        if g.bank_bytes not in self.per_bank:
+            layout = ring_layout(tile_stream(self.shard, g.bank_bytes, 2))
+            self.per_bank[g.bank_bytes] = layout.nbytes // 2
+        return g.num_banks * self.per_bank[g.bank_bytes]
+
     def fits(self, g: Geometry) -> bool:
-        return self.fixed_vmem(g) + g.num_banks * g.bank_bytes <= self.target.vmem_budget
+        return self.fixed_vmem(g) + self.ring_bytes(g) <= self.target.vmem_budget
 
     def evaluate(self, g: Geometry):
         """(step ms, vmem bytes, memory plan) or None when infeasible."""
@@ -155,6 +164,7 @@ def choose_geometry(model, shard, target, request, specs, *, rounds: int = 2,
     if cache is not None:
         search.seen = cache.setdefault("seen", {})
         search.fixed = cache.setdefault("fixed", {})
+        search.per_bank = cache.setdefault("per_bank", {})
     opts = _options(shard, model, request.overrides)
     best_g = _start(opts)
     best = search.evaluate(best_g)
@@ -173,14 +183,14 @@ def _raise_infeasible(model, shard, target, request, specs, opts):
     smallest = Geometry(min(opts["bank_bytes"]), 2, min(opts["expert_slots"]),
                         max(opts["slot_chunks"]), min(opts["kv_tile"]))
     memory = plan_memory(model, shard, target, request, smallest, specs, check=False)
-    ring = smallest.num_banks * smallest.bank_bytes
+    ring = memory.ring.nbytes
     fixed = memory.vmem_total - ring
-    big = sorted((b for b in memory.buffers if b.space.value == "vmem" and b.name != "ring.banks"),
-                 key=lambda b: -b.nbytes)[:3]
+    big = sorted((b for b in memory.buffers if b.space.value == "vmem"
+                  and not b.name.startswith("ring.")), key=lambda b: -b.nbytes)[:3]
     listing = ", ".join(f"{b.name} {mib(b.nbytes)}" for b in big)
     raise PlanningError(
         f"VMEM budget {mib(target.vmem_budget)} is too small for any ring: the smallest "
-        f"(2 banks x {smallest.bank_bytes // KiB} KiB = {mib(ring)}) plus the other buffers "
+        f"(2 banks x {smallest.bank_bytes // KiB} KiB, {mib(ring)} as laid out) plus the other buffers "
         f"({mib(fixed)}; largest: {listing}) needs {mib(memory.vmem_total)}",
         path="plan.ring",
         hint="lower vmem_reserve, batch or tokens per step, or use more TensorCores")

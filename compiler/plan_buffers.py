@@ -1,19 +1,22 @@
-"""The per-layer buffers of the memory plan: activations, op scratch, vectors.
+"""The per-layer buffers of the memory plan: op libraries' buffers and vectors.
 
-After ``layer_buffers``: every tensor of every stack's layer lives in a VMEM
-buffer of [rows, per-core width] f32. An elementwise op (norm, rope, residual
-add) writes in place over its input when that input dies there, so the layer
-input, the mid-layer residual and the layer output are one loop-carried
-``residual`` buffer. Every op has the scratch it needs (accumulators, online
-softmax state, KV tile double buffers, router and expert-slot buffers), and
-every per-layer vector weight a [2, n] buffer indexed by layer parity.
+After ``layer_buffers``: every op of every stack's layer has, through its
+``BUFFERS`` rule, the geometry its kernel library runs with and one plan
+buffer for each buffer that library asks for (``Binding``: the library's
+argument name -> the plan buffer); every per-layer vector weight has a
+[2, 1, n] buffer indexed by layer parity; the loop-carried residual stream is
+one [rows, hidden] f32 buffer. Ops computed on values only (norms, rope,
+projections through the ring, adds) ask for nothing: Mosaic keeps their
+values, and the plan accounts for that separately (``plan_memory.values``).
 """
 
 from __future__ import annotations
 
-from megakernel.compiler.buffers import Buffer, Kind, Space
-from megakernel.compiler.layout import LANES, padded_bytes, round_up, smem_bytes
-from megakernel.ir.ops import MLP, Add, Attention, MoE, RMSNorm, Rope
+from dataclasses import dataclass
+
+from megakernel.compiler.buffers import Binding, Buffer, Kind, Need, OpGeometry, Space
+from megakernel.compiler.layout import padded_bytes, smem_bytes
+from megakernel.registry import Registry
 
 
 class BufferTable:
@@ -28,118 +31,122 @@ class BufferTable:
         if old is None:
             self._by_name[b.name] = b
             return b.name
-        if (old.shape, old.dtype, old.space) == (b.shape, b.dtype, b.space):
+        if (old.shape, old.dtype, old.space, old.role) == (b.shape, b.dtype, b.space, b.role):
             self._by_name[b.name] = Buffer(old.name, old.space, old.kind, old.shape, old.dtype,
                                            old.nbytes, min(old.first, b.first),
-                                           max(old.last, b.last), old.note)
+                                           max(old.last, b.last), old.note, old.role)
             return b.name
-        assert stack is not None, f"buffer {b.name} declared twice with different shapes"
+        if stack is None:
+            raise ValueError(f"buffer {b.name} declared twice with different shapes")
         renamed = Buffer(f"s{stack}.{b.name}", b.space, b.kind, b.shape, b.dtype, b.nbytes,
-                         b.first, b.last, b.note)
+                         b.first, b.last, b.note, b.role)
         return self.add(renamed)
 
     def buffers(self) -> tuple[Buffer, ...]:
         return tuple(self._by_name.values())
 
 
-def _vmem(table, name, kind, shape, dtype, first, last, note="", stack=None) -> str:
-    return table.add(Buffer(name, Space.VMEM, kind, tuple(shape), dtype,
-                            padded_bytes(tuple(shape), dtype), first, last, note), stack)
+def sized(name: str, space: Space, kind: Kind, shape, dtype: str, first: int, last: int,
+          note: str = "", role: str = "scratch") -> Buffer:
+    """A buffer with its tile-padded size (SMEM: 32-bit words; semaphores: 0)."""
+    shape = tuple(shape)
+    nbytes = {Space.VMEM: lambda: padded_bytes(shape, dtype), Space.HBM: lambda: padded_bytes(
+        shape, dtype), Space.SMEM: lambda: smem_bytes(shape, dtype),
+        Space.SEMAPHORE: lambda: 0}[space]()
+    return Buffer(name, space, kind, shape, dtype, nbytes, first, last, note, role)
 
 
-_ELEMENTWISE = (RMSNorm, Rope, Add)
+@dataclass(frozen=True)
+class OpLayout:
+    """What one op's kernel library needs on one core: its geometry (None for
+    ops computed on values) and the buffers it asks for."""
+
+    library: str | None = None
+    geometry: object = None
+    needs: tuple[Need, ...] = ()
+    kind: Kind = Kind.SCRATCH
 
 
-def layer_buffers(table, model, shard, request, points, kv, experts, rows_p) -> None:
+@dataclass(frozen=True)
+class OpCtx:
+    """What a buffer rule sees: the plan around one node of one stack."""
+
+    model: object
+    ss: object           # StackShard
+    request: object
+    rows: int
+    rows_padded: int
+    kv: tuple
+    experts: tuple
+
+
+VECTORS = "<vectors>"      # Binding.node of a stack's per-layer vector buffers
+
+# One rule per op kind: (ctx, node) -> OpLayout.
+BUFFERS: Registry = Registry("buffer", "compiler/plan_buffers.py")
+BUFFERS.register("rmsnorm", "linear", "rope", "add", "mlp")(lambda cx, node: OpLayout())
+
+
+@BUFFERS.register("attention")
+def _attention(cx: OpCtx, node) -> OpLayout:
+    from megakernel.backends.pallas_tpu import attention
+
+    op, s = node.op, cx.ss.stack
+    _, q_l, kv_l, _ = next(h for h in cx.ss.heads if h[0] == node.name)
+    k = next(x for x in cx.kv if x.stack == s and x.node == node.name)
+    g = attention.AttentionGeometry(
+        batch=cx.request.batch, tokens=cx.request.tokens, rows_padded=cx.rows_padded,
+        q_heads=q_l, kv_heads=kv_l, head_dim=op.head_dim, kv_tile=k.kv_tile,
+        max_seq_len=cx.model.max_seq_len, scale=op.softmax_scale, window=op.sliding_window,
+        cache_dtype=k.dtype)
+    return OpLayout("attention", g, attention.buffers(g), Kind.KV_TILES)
+
+
+@BUFFERS.register("moe")
+def _moe(cx: OpCtx, node) -> OpLayout:
+    from megakernel.backends.pallas_tpu import moe
+
+    op, s = node.op, cx.ss.stack
+    _, _, _, local, width = next(e for e in cx.ss.experts if e[0] == node.name)
+    es = next(e for e in cx.experts if e.stack == s and e.node == node.name)
+    g = moe.MoEGeometry(
+        rows=cx.rows, rows_padded=cx.rows_padded, hidden=op.hidden,
+        num_experts=op.num_experts, experts_local=local, inter_local=width, top_k=op.top_k,
+        scoring=op.scoring.value, correction_bias=op.correction_bias,
+        renormalize=op.renormalize, routed_scaling=op.routed_scaling,
+        activation=op.activation.value, slots=es.slots, dtype=es.dtype, chunk=es.chunk)
+    return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS)
+
+
+def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts,
+                  rows_p) -> tuple[tuple[Binding, ...], tuple[OpGeometry, ...]]:
+    """Add every stack's buffers to ``table``; returns (bindings, geometries)."""
     index = {p.label: p.index for p in points}
-    n_vectors = 0
+    last = len(points) - 1
+    table.add(sized("residual", Space.VMEM, Kind.ACTIVATION, (rows_p, model.hidden_size),
+                    "float32", 0, last, "loop-carried residual stream"))
+    bindings, geometries, most_vectors = [], [], 0
     for st, ss in zip(model.stacks, shard.stacks):
-        layer, s = st.layer, ss.stack
-        at = {n.name: index[f"s{s}.{n.name}"] for n in layer.nodes}
-        last_use: dict[str, int] = {}
-        for n in layer.nodes:
-            for t in n.inputs:
-                last_use[t] = max(last_use.get(t, -1), at[n.name])
-        # Activations, elementwise ops writing in place over inputs that die there.
-        buf_of = {layer.input: "residual"}
-        span = {"residual": (0, len(points) - 1)}
-        for n in layer.nodes:
-            out, src = n.outputs[0], n.inputs[0]
-            in_place = (isinstance(n.op, _ELEMENTWISE) and last_use.get(src) == at[n.name]
-                        and ss.width(src) == ss.width(out))
-            if out == layer.output:
-                buf_of[out] = "residual"      # the final residual add lands in the carry
-            else:
-                buf_of[out] = buf_of[src] if in_place else f"act.{out}"
-            first, last = span.get(buf_of[out], (at[n.name], at[n.name]))
-            span[buf_of[out]] = (min(first, at[n.name]), max(last, last_use.get(out, at[n.name])))
-        for name in dict.fromkeys(buf_of.values()):
-            tensor = next(t for t, b in buf_of.items() if b == name)
-            _vmem(table, name, Kind.ACTIVATION, (rows_p, ss.width(tensor)), "float32",
-                  *span[name], "loop-carried residual stream" if name == "residual" else
-                  f"tensor {tensor} (+ in-place successors)", stack=s)
-        for n in layer.nodes:
-            _op_scratch(table, n, ss, at[n.name], rows_p, request, kv, experts, s)
-        for p in ss.params:
-            if p.channel == "vector":
-                _vmem(table, f"vec.{p.name}", Kind.LAYER_VECTORS, (2, *p.shape), p.dtype,
-                      0, len(points) - 1, "[layer parity]; next layer's copy in flight",
-                      stack=s)
-                n_vectors += 1
-    if n_vectors:
-        table.add(Buffer("vec.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (2, n_vectors),
-                         "dma_semaphore", 0, 0, len(points) - 1, "[parity, vector]"))
-    if kv:
-        att = [p.index for p in points if p.node and any(k.node == p.node for k in kv)]
-        for name, shape in (("kv.sems", (2, 2)), ("kv.write_sems", (2,))):
-            table.add(Buffer(name, Space.SEMAPHORE, Kind.SEMAPHORES, shape, "dma_semaphore", 0,
-                             min(att), max(att), "[k|v, buffer]" if len(shape) == 2 else "[k|v]"))
-
-
-def _op_scratch(table, node, ss, p, rows_p, request, kv, experts, s) -> None:
-    op, name = node.op, node.name
-    if isinstance(op, Attention):
-        _, q_l, kv_l, _ = next(h for h in ss.heads if h[0] == name)
-        k = next(x for x in kv if x.stack == s and x.node == name)
-        qrows = round_up(request.rows * q_l, 8)
-        for part, shape in (("m", (qrows, LANES)), ("l", (qrows, LANES)), ("acc", (qrows, op.head_dim))):
-            _vmem(table, f"{name}.{part}", Kind.SCRATCH, shape, "float32", p, p,
-                  "online softmax, rows = (token, local q head)", s)
-        group_rows = round_up(request.tokens * q_l // kv_l, 8)
-        _vmem(table, f"{name}.scores", Kind.SCRATCH, (group_rows, k.kv_tile), "float32", p, p,
-              "scores of one (sequence, kv head) against one KV tile", s)
-        for part in ("k", "v"):
-            _vmem(table, f"{name}.{part}_tiles", Kind.KV_TILES, (2, k.kv_tile, k.width), k.dtype,
-                  p, p, f"double buffer of {k.kv_tile}-token cache tiles", s)
-            _vmem(table, f"{name}.{part}_new", Kind.SCRATCH, (round_up(request.rows, 16), k.width),
-                  k.dtype, p, p, "new rows, cast for the cache write", s)
-    elif isinstance(op, MLP):
-        width = ss.param(f"{name}.up").shape[1]
-        parts = ("gate_acc", "up_acc") if op.gated else ("up_acc",)
-        for part in parts:
-            _vmem(table, f"{name}.{part}", Kind.SCRATCH, (rows_p, width), "float32", p, p,
-                  "accumulates over K tiles", s)
-    elif isinstance(op, MoE):
-        e = next(x for x in experts if x.stack == s and x.node == name)
-        f32 = "float32"
-        for part, shape, dt in (("router_logits", (rows_p, op.num_experts), f32),
-                                ("topk_ids", (rows_p, op.top_k), "int32"),
-                                ("topk_weights", (rows_p, op.top_k), f32),
-                                ("combine", (rows_p, e.experts_local), f32)):
-            _vmem(table, f"{name}.{part}", Kind.ROUTER, shape, dt, p, p, "routing", s)
-        for part, shape in (("gate_slots", (e.slots, e.hidden, e.chunk)),
-                            ("up_slots", (e.slots, e.hidden, e.chunk)),
-                            ("down_slots", (e.slots, e.chunk, e.hidden))):
-            _vmem(table, f"{name}.{part}", Kind.EXPERT_SLOTS, shape, e.dtype, p, p,
-                  f"slice n of the layer's expert fetches in slot n % {e.slots}", s)
-        _vmem(table, f"{name}.expert_h", Kind.SCRATCH, (2, rows_p, e.chunk), f32, p, p,
-              "gate | up outputs of one expert slice", s)
-        if op.num_shared_experts:
-            width = ss.param(f"{name}.shared_up").shape[1]
-            _vmem(table, f"{name}.shared_acc", Kind.SCRATCH, (2, rows_p, width), f32, p, p,
-                  "shared expert gate | up", s)
-        for part, shape in (("expert_ids", (e.max_distinct,)), ("expert_count", (1,))):
-            table.add(Buffer(f"{name}.{part}", Space.SMEM, Kind.SCALARS, shape, "int32",
-                             smem_bytes(shape), p, p, "distinct local experts to fetch"), s)
-        table.add(Buffer(f"{name}.slot_sems", Space.SEMAPHORE, Kind.SEMAPHORES, (e.slots, 3),
-                         "dma_semaphore", 0, p, p, "[slot, gate|up|down]"), s)
+        s = ss.stack
+        cx = OpCtx(model, ss, request, request.rows, rows_p, kv, experts)
+        for node in st.layer.nodes:
+            at = index[f"s{s}.{node.name}"]
+            layout = BUFFERS(node.op.kind, f"layers[{s}].{node.name}")(cx, node)
+            if layout.geometry is not None:
+                geometries.append(OpGeometry(s, node.name, layout.library, layout.geometry))
+            for need in layout.needs:
+                kind = Kind.SEMAPHORES if need.space == Space.SEMAPHORE else (
+                    Kind.SCALARS if need.space == Space.SMEM else layout.kind)
+                name = table.add(sized(f"{node.name}.{need.name}", need.space, kind,
+                                       need.shape, need.dtype, at, at, need.note), stack=s)
+                bindings.append(Binding(s, node.name, need.name, name))
+        vectors = [p for p in ss.params if p.channel == "vector"]
+        for p in vectors:
+            name = table.add(sized(f"vec.{p.name}", Space.VMEM, Kind.LAYER_VECTORS,
+                                   (2, 1, *p.shape), p.dtype, 0, last,
+                                   "[layer parity]; next layer's copy in flight"), stack=s)
+            bindings.append(Binding(s, VECTORS, p.name, name))
+        most_vectors = max(most_vectors, len(vectors))
+    table.add(sized("vec.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (2, max(most_vectors, 1)),
+                    "dma_semaphore", 0, last, "[parity, vector of the running stack]"))
+    return tuple(bindings), tuple(geometries)

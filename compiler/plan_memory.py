@@ -1,22 +1,27 @@
 """Plan the memory of one decode step: every buffer's space, shape, size, lifetime.
 
-After ``plan_memory``: every buffer the kernel needs (weight ring, expert
-slots, per-layer vectors, KV tiles, activations, op scratch, collective slots,
-SMEM scalars, semaphores, and the HBM operands) has a space, a declared shape
-and dtype, a tile-padded size and a lifetime over the compact step program;
-all VMEM buffers together fit the target's VMEM budget (so no program point
-can exceed it); every streamed tile fits a bank. Buffers of the same name in
-several stacks are one allocation, live over the union of their uses.
+After ``plan_memory``: every buffer the kernel declares (weight ring, expert
+slots, per-layer vectors, KV tiles, op-library buffers, collective slots,
+SMEM scalars, semaphores), every operand and output of the kernel call (in
+call order, ``operands``), and the HBM weights and caches, has a space, a
+declared shape and dtype, a tile-padded size and a lifetime over the compact
+step program; each op library's geometry and the buffers bound to its
+arguments are recorded. The kernel declares exactly these buffers, so the
+VMEM it declares is ``vmem_declared``; with Mosaic's own use for the values
+the kernel computes on (``values_bytes``, estimated) that is ``vmem_total``,
+which fits the target's VMEM budget. Buffers of the same name in several
+stacks are one allocation, live over the union of their uses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megakernel.compiler.buffers import Buffer, Kind, Point, Space
-from megakernel.compiler.layout import (LANES, itemsize, mib, padded_bytes, round_up,
-                                        smem_bytes, sublanes)
-from megakernel.compiler.plan_buffers import BufferTable, layer_buffers
+from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Operand, Point, Space
+from megakernel.compiler.layout import LANES, itemsize, mib, round_up, sublanes
+from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, sized
+from megakernel.compiler.plan_operands import operand_buffers
+from megakernel.compiler.ring_layout import RingLayout, ring_layout
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectiveSpec
 from megakernel.compiler.shard import ShardPlan
@@ -72,9 +77,14 @@ class MemoryPlan:
     points: tuple[Point, ...]
     stack_nodes: tuple[tuple[str, ...], ...]
     buffers: tuple[Buffer, ...]
+    operands: tuple[Operand, ...]
+    bindings: tuple[Binding, ...]
+    geometries: tuple[OpGeometry, ...]
+    ring: RingLayout
     stream: WeightStream
     experts: tuple[ExpertStream, ...]
     kv: tuple[KVStream, ...]
+    values_bytes: int
     vmem_budget: int
     smem_capacity: int
     hbm_capacity: int
@@ -83,8 +93,25 @@ class MemoryPlan:
         return sum(b.nbytes for b in self.buffers if b.space == space)
 
     @property
-    def vmem_total(self) -> int:
+    def vmem_declared(self) -> int:
+        """VMEM the generated kernel declares: scratch, operands and outputs."""
         return self._total(Space.VMEM)
+
+    @property
+    def vmem_total(self) -> int:
+        """Declared VMEM plus Mosaic's own use for the kernel's values."""
+        return self.vmem_declared + self.values_bytes
+
+    def scratch(self) -> tuple[Buffer, ...]:
+        """The kernel's scratch buffers, in declaration order."""
+        return tuple(b for b in self.buffers if b.role == "scratch" and b.space != Space.HBM)
+
+    def bound(self, stack: int, node: str) -> dict[str, str]:
+        """Library argument -> plan buffer name, for one op of one stack."""
+        return {b.arg: b.buffer for b in self.bindings if (b.stack, b.node) == (stack, node)}
+
+    def geometry_of(self, stack: int, node: str):
+        return next(g for g in self.geometries if (g.stack, g.node) == (stack, node))
 
     @property
     def smem_total(self) -> int:
@@ -99,7 +126,8 @@ class MemoryPlan:
         return sum(b.count for b in self.buffers if b.space == Space.SEMAPHORE)
 
     def live_vmem(self, point: int) -> int:
-        return sum(b.nbytes for b in self.buffers if b.space == Space.VMEM and b.live_at(point))
+        return self.values_bytes + sum(b.nbytes for b in self.buffers
+                                       if b.space == Space.VMEM and b.live_at(point))
 
     def buffer(self, name: str) -> Buffer:
         return next(b for b in self.buffers if b.name == name)
@@ -168,6 +196,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     rows = request.rows
     rows_p = round_up(rows, 8)
     stream = tile_stream(shard, g.bank_bytes, g.num_banks)
+    ring = ring_layout(stream)
     top_k = {name: st.layer.node(name).op.top_k for st, ss in zip(model.stacks, shard.stacks)
              for name, *_ in ss.experts}
     experts = expert_streams(shard, rows, top_k, g.expert_slots, g.slot_chunks)
@@ -175,48 +204,33 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     index = {p.label: p.index for p in points}
     last = len(points) - 1
     table = BufferTable()
-    whole = (0, last)
-    # Step-wide VMEM: the ring, the residual stream, per-layer vectors, head state.
-    table.add(Buffer("ring.banks", Space.VMEM, Kind.WEIGHT_RING,
-                     (g.num_banks, g.bank_bytes // (LANES * itemsize(dt)), LANES), dt,
-                     g.num_banks * g.bank_bytes, *whole,
-                     "bank b viewed as each tile's (rows, cols); tile t in bank t % R"))
-    table.add(Buffer("ring.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (g.num_banks,),
-                     "dma_semaphore", 0, *whole, "[bank]"))
-    h = model.hidden_size
+    # The call's operands and outputs first (their order is the call's).
+    operands = operand_buffers(table, model, shard, request, kv, rows_p, last)
+    # Step-wide scratch: the ring, the embedding gather, the residual stream.
+    table.add(sized("ring.banks", Space.VMEM, Kind.WEIGHT_RING, ring.shape, ring.dtype, 0, last,
+                    "tile t in bank t % R, at its top-left corner; wide tiles folded"))
+    for i in range(len(ring.aux)):
+        table.add(sized(f"ring.aux{i}", Space.VMEM, Kind.WEIGHT_RING, ring.aux_shape(i),
+                        ring.dtype, 0, last, "ring of one unaligned tile shape"))
+    table.add(sized("ring.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (g.num_banks,),
+                    "dma_semaphore", 0, last, "[bank]"))
     # A DMA along the tiled row axis must start on a tile: each token's row
     # arrives inside its aligned block of `sublanes` rows.
-    embed_rows = (rows, sublanes(dt), h)
-    table.add(Buffer("embed.rows", Space.VMEM, Kind.ACTIVATION, embed_rows, dt,
-                     padded_bytes(embed_rows, dt), 0, index["embed"],
-                     "per token, the aligned block of rows holding its embedding row"))
-    table.add(Buffer("embed.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "dma_semaphore", 0,
-                     0, index["embed"], "row gathers"))
-    table.add(Buffer("final_norm", Space.VMEM, Kind.RESIDENT, (1, h), dt,
-                     padded_bytes((1, h), dt), 0, index["final_norm"], "loaded in the prologue"))
-    block = stream.head_block
-    for name, shape, dtype, kind, first in (
-            ("logits.block", (2, rows_p, block), "float32", Kind.LOGITS, index["lm_head"]),
-            ("logits.max", (rows_p, LANES), "float32", Kind.LOGITS, index["lm_head"]),
-            ("logits.argmax", (rows_p, LANES), "int32", Kind.LOGITS, index["lm_head"])):
-        table.add(Buffer(name, Space.VMEM, kind, shape, dtype, padded_bytes(shape, dtype),
-                         first, last, "running max/argmax over head blocks"
-                         if name != "logits.block" else "double-buffered logits blocks"))
-    table.add(Buffer("logits.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (2,), "dma_semaphore",
-                     0, index["lm_head"], last, "block write-back"))
-    for name, shape in (("tokens", (rows,)), ("start_pos", (request.batch,))):
-        table.add(Buffer(name, Space.SMEM, Kind.SCALARS, shape, "int32", smem_bytes(shape),
-                         *whole, "step inputs"))
+    table.add(sized("embed.rows", Space.VMEM, Kind.ACTIVATION,
+                    (rows, sublanes(dt), model.hidden_size), dt, 0, index["embed"],
+                    "per token, the aligned block of rows holding its embedding row"))
+    table.add(sized("embed.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "dma_semaphore",
+                    0, index["embed"], "row gathers"))
     if shard.cores > 1:
-        table.add(Buffer("barrier", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "barrier_semaphore",
-                         0, 0, 0, "start handshake before the first remote copy"))
-    layer_buffers(table, model, shard, request, points, kv, experts, rows_p)
+        table.add(sized("barrier", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "barrier_semaphore",
+                        0, 0, "start handshake before the first remote copy", role="builtin"))
+    bindings, geometries = layer_buffers(table, model, shard, request, points, kv, experts,
+                                         rows_p)
     _collective_buffers(table, specs, points)
-    _hbm_buffers(table, model, shard, kv, rows_p, whole)
     plan = MemoryPlan(g, rows, rows_p, points,
                       tuple(tuple(n.name for n in st.layer.nodes) for st in model.stacks),
-                      table.buffers(), stream, experts, kv, target.vmem_budget,
-                      target.smem_bytes, target.hbm_bytes)
+                      table.buffers(), operands, bindings, geometries, ring, stream, experts,
+                      kv, 0, target.vmem_budget, target.smem_bytes, target.hbm_bytes)
     if check:
         _check_capacity(plan, target)
     return plan
@@ -230,27 +244,6 @@ def _collective_buffers(table: BufferTable, specs, points) -> None:
         for b in spec.buffers:
             table.add(Buffer(b.name, b.space, b.kind, b.shape, b.dtype, b.nbytes, first, last,
                              b.note))
-
-
-def _hbm_buffers(table: BufferTable, model: Model, shard: ShardPlan, kv, rows_p, whole) -> None:
-    for ss in shard.stacks:
-        for p in ss.params:
-            shape = (ss.count, *p.shape)
-            table.add(Buffer(f"hbm.s{ss.stack}.{p.name}", Space.HBM, Kind.HBM_WEIGHTS, shape,
-                             p.dtype, padded_bytes(shape, p.dtype), *whole,
-                             f"{p.channel}; {p.role}"))
-    for p in shard.globals:
-        table.add(Buffer(f"hbm.{p.name}", Space.HBM, Kind.HBM_WEIGHTS, p.shape, p.dtype,
-                         padded_bytes(p.shape, p.dtype), *whole, f"{p.channel}; {p.role}"))
-    for s in kv:
-        for part in ("k", "v"):
-            table.add(Buffer(f"hbm.s{s.stack}.{s.node}.{part}_cache", Space.HBM, Kind.HBM_CACHE,
-                             s.cache_shape, s.dtype, padded_bytes(s.cache_shape, s.dtype), *whole,
-                             "aliased input/output; heads merged into lanes"))
-    for name, shape, dt in (("hbm.logits", (rows_p, shard.vocab_local), "float32"),
-                            ("hbm.next_token", (rows_p, LANES), "int32")):
-        table.add(Buffer(name, Space.HBM, Kind.HBM_OUTPUT, shape, dt, padded_bytes(shape, dt),
-                         *whole, "step output"))
 
 
 def _check_capacity(plan: MemoryPlan, target: Target) -> None:

@@ -115,11 +115,15 @@ def _allreduce(rows_p: int, hidden: int, target: Target, forced: str | None) -> 
                        note="[parity, sender] partials; own slot written locally"),)
         bufs += _sems("allreduce", (2, n), "[parity, peer]")
     else:
+        stage = (2, rows_p, hidden)
+        bufs = (Buffer("allreduce.stage", Space.VMEM, Kind.COLLECTIVE, stage, "float32",
+                       padded_bytes(stage, "float32"),
+                       note="[parity] the partial, while its chunks are sent"),)
         shape = (2, n, rows_p, chunk)
-        bufs = tuple(Buffer(f"allreduce.{ph}_slots", Space.VMEM, Kind.COLLECTIVE, shape,
-                            "float32", padded_bytes(shape, "float32"), note=note)
-                     for ph, note in (("rs", "[parity, sender] chunk c partials"),
-                                      ("ag", "[parity, owner] reduced chunks")))
+        bufs += tuple(Buffer(f"allreduce.{ph}_slots", Space.VMEM, Kind.COLLECTIVE, shape,
+                             "float32", padded_bytes(shape, "float32"), note=note)
+                      for ph, note in (("rs", "[parity, sender] chunk c partials"),
+                                       ("ag", "[parity, owner] reduced chunks")))
         bufs += _sems("allreduce", (2, 2, n), "[parity, phase, peer]")
     return CollectiveSpec("allreduce", "all_reduce", algo, payload, nbytes, phases, per_peer,
                           phases * phase_seconds(per_peer, target), bufs)
@@ -140,9 +144,10 @@ def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
                 Buffer("argmax.indices", Space.VMEM, Kind.COLLECTIVE, shape, "int32",
                        padded_bytes(shape, "int32"), note="[sender] per-row global argmax"))
         per_peer = 2 * rows_p * LANES * 4
+        sems = Buffer("argmax.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (2, 2, n),
+                      "dma_semaphore", 0, note="[send|recv, values|indices, peer]")
         specs.append(CollectiveSpec("argmax", "argmax", "exchange", (rows_p, 2), rows_p * 8, 1,
-                                    per_peer, phase_seconds(per_peer, target),
-                                    bufs + _sems("argmax", (n,), "[peer]")))
+                                    per_peer, phase_seconds(per_peer, target), bufs + (sems,)))
     else:
         shape = (n, rows_p, shard.vocab_local)
         per_peer = rows_p * shard.vocab_local * 4

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from megakernel import activations
 from megakernel.ir.graph import Model, OpNode
 from megakernel.ir.ops import Activation, Scoring
 from megakernel.registry import Registry
@@ -41,11 +42,7 @@ def matmul(x: Array, w: Array) -> Array:
 
 
 def activation(kind: Activation, x: Array) -> Array:
-    return {
-        Activation.SILU: jax.nn.silu,
-        Activation.GELU: lambda v: jax.nn.gelu(v, approximate=False),
-        Activation.GELU_TANH: lambda v: jax.nn.gelu(v, approximate=True),
-    }[kind](x)
+    return activations.apply(kind, x)
 
 
 def rmsnorm(op, p, x):

@@ -1,27 +1,25 @@
 """In-kernel KV-cache write + causal GQA decode attention (called by the megakernel).
 
-Contract (the emitter calls exactly these):
+Contract (the planner and the emitter use exactly these):
 
 ``AttentionGeometry(batch, tokens, rows_padded, q_heads, kv_heads, head_dim,
 kv_tile, max_seq_len, scale, window, cache_dtype)`` - static geometry of one
-attention node on one core (heads LOCAL to the core). Row ``n = b*tokens + t``;
-rows ``>= batch*tokens`` are padding.
+attention node on one core (heads LOCAL to the core), chosen by the planner.
+Row ``n = b*tokens + t``; rows ``>= batch*tokens`` are padding.
 
-``scratch_shapes(g) -> list`` - pltpu scratch, in this order:
-  0 kbuf  VMEM (2, kv_tile, HD) cache dtype   K tile double buffer
-  1 vbuf  VMEM (2, kv_tile, HD) cache dtype   V tile double buffer
-  2 tsem  DMA  (2, 2)                         [k|v, slot]
-  3 win   VMEM (2, W, HD) cache dtype         cache write window, k|v
-  4 wsem  DMA  (2,)                           window read/write, k|v
-  5 q_s   VMEM (kv_heads, G*RP, D) f32        scaled q, group heads stacked in rows
-  6 m_s   VMEM (kv_heads, G*RP, 1) f32        online-softmax running max
-  7 l_s   VMEM (kv_heads, G*RP, 1) f32        running denominator
-  8 acc_s VMEM (kv_heads, G*RP, D) f32        running numerator
-  9 o_s   VMEM (kv_heads, G*RP, D) f32        finished rows of every sequence
+``buffers(g)`` - the VMEM buffers and semaphores ``attend`` needs, by argument
+name (the planner records them in the plan; the kernel declares the plan's):
+  k_tiles, v_tiles  (2, kv_tile, HD) cache dtype   K / V tile double buffers
+  tile_sems         DMA (2, 2)                     [k|v, slot]
+  window            (2, W, HD) cache dtype         cache write window, k|v
+  window_sems       DMA (2,)                       window read/write, k|v
+  q_scaled          (kv_heads, G*RP, D) f32        scaled q, group heads stacked in rows
+  m, l              (kv_heads, G*RP, 1) f32        online-softmax running max, denominator
+  acc, out          (kv_heads, G*RP, D) f32        running numerator, finished rows
 with HD = kv_heads*head_dim, G = q_heads // kv_heads, RP = rows_padded and
 W = window_rows(g).
 
-``attend(g, q, k, v, k_cache, v_cache, layer, start_ref, scratch) -> out`` -
+``attend(g, q, k, v, k_cache, v_cache, layer, start_ref, **buffers) -> out`` -
 q [RP, Hq*D] f32 (roped), k/v [RP, HD] f32 values; caches are HBM refs
 [L, batch, max_seq_len, HD]; layer a traced int32; start_ref SMEM [batch] int32.
 Writes new k/v at positions start[b]+t, then attends over cache positions
@@ -47,6 +45,9 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from megakernel.compiler.buffers import Need, Space
+from megakernel.errors import PlanningError
+
 NEG = -1e30          # finite "minus infinity": keeps exp() and max() NaN-free
 HI = jax.lax.Precision.HIGHEST
 
@@ -63,13 +64,17 @@ class AttentionGeometry:
     max_seq_len: int
     scale: float
     window: int | None
-    cache_dtype: object
+    cache_dtype: str
 
     def __post_init__(self):
-        assert self.rows_padded >= self.batch * self.tokens and self.rows_padded % 8 == 0
-        assert self.q_heads % self.kv_heads == 0
-        assert self.max_seq_len % self.kv_tile == 0
-        assert self.window is None or self.window >= 1
+        _require(self.rows_padded >= self.batch * self.tokens and self.rows_padded % 8 == 0,
+                 f"rows_padded={self.rows_padded} must be a multiple of 8 holding "
+                 f"batch*tokens={self.batch * self.tokens} rows")
+        _require(self.q_heads % self.kv_heads == 0,
+                 f"q_heads={self.q_heads} is not a multiple of kv_heads={self.kv_heads}")
+        _require(self.max_seq_len % self.kv_tile == 0,
+                 f"kv_tile={self.kv_tile} does not divide max_seq_len={self.max_seq_len}")
+        _require(self.window is None or self.window >= 1, f"window={self.window} must be >= 1")
 
     @property
     def group(self) -> int:
@@ -78,6 +83,11 @@ class AttentionGeometry:
     @property
     def width(self) -> int:
         return self.kv_heads * self.head_dim
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise PlanningError(message, path="attention.geometry")
 
 
 def row_align(dtype) -> int:
@@ -96,20 +106,23 @@ def window_rows(g: AttentionGeometry) -> int:
     return w
 
 
-def scratch_shapes(g: AttentionGeometry) -> list:
-    gr, hd, dt = g.group * g.rows_padded, g.width, g.cache_dtype
-    return [
-        pltpu.VMEM((2, g.kv_tile, hd), dt),
-        pltpu.VMEM((2, g.kv_tile, hd), dt),
-        pltpu.SemaphoreType.DMA((2, 2)),
-        pltpu.VMEM((2, window_rows(g), hd), dt),
-        pltpu.SemaphoreType.DMA((2,)),
-        pltpu.VMEM((g.kv_heads, gr, g.head_dim), jnp.float32),
-        pltpu.VMEM((g.kv_heads, gr, 1), jnp.float32),
-        pltpu.VMEM((g.kv_heads, gr, 1), jnp.float32),
-        pltpu.VMEM((g.kv_heads, gr, g.head_dim), jnp.float32),
-        pltpu.VMEM((g.kv_heads, gr, g.head_dim), jnp.float32),
-    ]
+def buffers(g: AttentionGeometry) -> tuple[Need, ...]:
+    gr, hd, dt, f32 = g.group * g.rows_padded, g.width, g.cache_dtype, "float32"
+    vmem, dma = Space.VMEM, Space.SEMAPHORE
+    return (
+        Need("k_tiles", vmem, (2, g.kv_tile, hd), dt, f"double buffer of {g.kv_tile}-token K tiles"),
+        Need("v_tiles", vmem, (2, g.kv_tile, hd), dt, f"double buffer of {g.kv_tile}-token V tiles"),
+        Need("tile_sems", dma, (2, 2), "dma_semaphore", "[k|v, slot]"),
+        Need("window", vmem, (2, window_rows(g), hd), dt,
+             "aligned cache rows around the new tokens, k|v (read-modify-write)"),
+        Need("window_sems", dma, (2,), "dma_semaphore", "[k|v]"),
+        Need("q_scaled", vmem, (g.kv_heads, gr, g.head_dim), f32,
+             "scaled q, the group's heads stacked along rows"),
+        Need("m", vmem, (g.kv_heads, gr, 1), f32, "online softmax running max"),
+        Need("l", vmem, (g.kv_heads, gr, 1), f32, "online softmax denominator"),
+        Need("acc", vmem, (g.kv_heads, gr, g.head_dim), f32, "online softmax numerator"),
+        Need("out", vmem, (g.kv_heads, gr, g.head_dim), f32, "finished rows of every sequence"),
+    )
 
 
 def _row_of(shape, rows_padded, group):
@@ -150,8 +163,10 @@ def _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem):
         c.wait()            # the tile reads below must see the new rows
 
 
-def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, scratch):
-    kbuf, vbuf, tsem, win, wsem, q_s, m_s, l_s, acc_s, o_s = scratch
+def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *, k_tiles,
+           v_tiles, tile_sems, window, window_sems, q_scaled, m, l, acc, out):  # noqa: E741
+    kbuf, vbuf, tsem, win, wsem = k_tiles, v_tiles, tile_sems, window, window_sems
+    q_s, m_s, l_s, acc_s, o_s = q_scaled, m, l, acc, out
     D, G, RP, St, T = g.head_dim, g.group, g.rows_padded, g.kv_tile, g.tokens
     GR = G * RP
     # Scaled queries, the G heads of kv head h stacked along rows (aligned: RP % 8 == 0).

@@ -1,10 +1,12 @@
 """Emit: Plan -> the source text of one megakernel module (jinja2, StrictUndefined).
 
-Table-driven: ``EMITTERS`` holds one function per op kind; each returns the
-source lines of its op inside a stack's layer body, preceded by a
-``# node: layers[s].{name}`` comment (load.py maps errors back to it). Every
-number the generated code uses is computed here from the plan; the template
-only arranges it.
+Table-driven: ``EMITTERS`` holds one rule per op kind; each returns the source
+lines of its op inside a stack's layer body, preceded by a
+``# node: layers[s].{name}`` comment (load.py maps errors back to it). The
+module declares exactly the plan's buffers (``declare``), under the plan's
+names, and hands each op library the buffers the plan bound to its arguments.
+Every number in the source is a plan value rendered by ``declare.literal``;
+the template only arranges it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from pathlib import Path
 
 import jinja2
 
-from megakernel.backends.pallas_tpu import pack
+from megakernel.backends.pallas_tpu import declare, frame, pack
+from megakernel.backends.pallas_tpu.declare import literal
+from megakernel.compiler.plan_buffers import VECTORS
 from megakernel.errors import EmitError
 from megakernel.registry import Registry
 
@@ -36,12 +40,27 @@ class StackCtx:
         self.vectors = [p.name for p in self.shard.params if p.channel == "vector"]
         self.ring = [p.name for p in self.shard.params if p.channel == "ring"]
         self.sites = {c.producer: c for c in plan.collectives.per_layer(s)}
+        self.reduced: set[str] = set()
         self.libraries: dict[str, str] = {}     # kernel library module -> its alias
 
-    def library(self, module: str, alias: str) -> str:
-        """Import ``backends.pallas_tpu.<module>`` as ``alias`` in the kernel."""
+    def hbm(self, param: str) -> str:
+        """Kernel operand of this stack's weight ``param``."""
+        return self.plan.memory.buffer(f"hbm.s{self.s}.{param}").ident
+
+    def library(self, module: str) -> str:
+        """Import ``backends.pallas_tpu.<module>`` in the kernel; returns its alias."""
+        alias = declare.library_alias(module)
         self.libraries[module] = alias
         return alias
+
+    def buffers(self, node: str) -> str:
+        """``arg=buffer, ...``: the plan buffers bound to ``node``'s library."""
+        mem = self.plan.memory
+        return ", ".join(f"{arg}={mem.buffer(name).ident}"
+                         for arg, name in mem.bound(self.s, node).items())
+
+    def geometry(self, node: str) -> str:
+        return declare.geometry_name(self.plan.memory.geometry_of(self.s, node))
 
     def vec(self, name: str) -> str:
         return f"vec_s{self.s}.get({self.vectors.index(name)}, k)"
@@ -57,16 +76,17 @@ class StackCtx:
     def linear(self, out: str, x: str, param: str, width: int) -> str:
         first, count = self.tiles_of(param)
         return (f"{out} = rt.ring_linear(stream, {self.s}, k, {x}, "
-                f"S{self.s}_TILES.tiles[{first}:{first + count}], out_cols={width}, first={first})")
+                f"S{self.s}_TILES.tiles[{first}:{first + count}], out_cols={literal(width)}, "
+                f"first={first})")
 
     def reduce(self, node: str, tensor: str) -> list[str]:
+        """The all-reduce of ``tensor`` if the plan puts one after ``node``."""
         site = self.sites.get(node)
-        if site is None:
+        if site is None or node in self.reduced:
             return []
-        par = f"({site.seq_offset} + k * {site.seq_stride}) % 2"
-        from megakernel.backends.pallas_tpu.scratch import allreduce_call
-
-        return [allreduce_call(self.plan, v(tensor), par, site.name)]
+        self.reduced.add(node)
+        par = f"({literal(site.seq_offset)} + k * {literal(site.seq_stride)}) % 2"
+        return [frame.allreduce_call(self.plan, v(tensor), par, site.name)]
 
 
 # One rule per op kind: (stack context, node) -> source lines of the layer body.
@@ -77,14 +97,14 @@ EMITTERS: Registry = Registry("emitter", "backends/pallas_tpu/emit.py")
 def _rmsnorm(c: StackCtx, n) -> list[str]:
     op = n.op
     return [f"{v(n.outputs[0])} = rt.rmsnorm({v(n.inputs[0])}, {c.vec(n.name + '.weight')}, "
-            f"dim={op.dim}, eps={op.eps!r}, offset={op.offset})"]
+            f"dim={literal(op.dim)}, eps={literal(op.eps)}, offset={literal(op.offset)})"]
 
 
 @EMITTERS.register("linear")
 def _linear(c: StackCtx, n) -> list[str]:
     out = n.outputs[0]
     lines = [c.linear(v(out), v(n.inputs[0]), f"{n.name}.weight", c.shard.width(out))]
-    lines += c.reduce(n.name, out)
+    lines += c.reduce(n.name, out)          # a row-parallel bias is added once, after it
     if n.op.bias:
         lines.append(f"{v(out)} = {v(out)} + {c.vec(n.name + '.bias')}")
     return lines
@@ -94,56 +114,58 @@ def _linear(c: StackCtx, n) -> list[str]:
 def _rope(c: StackCtx, n) -> list[str]:
     op = n.op
     heads = c.shard.width(n.inputs[0]) // op.head_dim
-    return [f"{v(n.outputs[0])} = rt.rope({v(n.inputs[0])}, pos, s{c.s}_{n.name}_inv_freq[...], "
-            f"heads={heads}, "
-            f"head_dim={op.head_dim}, rotary_dim={op.rotary_dim})"]
+    table = c.plan.memory.buffer(f"s{c.s}.{n.name}.inv_freq").ident
+    return [f"{v(n.outputs[0])} = rt.rope({v(n.inputs[0])}, pos, {table}[...], "
+            f"heads={literal(heads)}, head_dim={literal(op.head_dim)}, "
+            f"rotary_dim={literal(op.rotary_dim)})"]
 
 
 @EMITTERS.register("attention")
 def _attention(c: StackCtx, n) -> list[str]:
     q, kk, vv = (v(t) for t in n.inputs)
-    caches = f"s{c.s}_{n.name}_k_cache, s{c.s}_{n.name}_v_cache"
-    c.library("attention", "attn_lib")
-    return [f"{v(n.outputs[0])} = attn_lib.attend(ATTN_S{c.s}_{n.name}, {q}, {kk}, {vv}, "
-            f"{caches}, k, start_pos, attn_s{c.s}_{n.name})"]
+    mem = c.plan.memory
+    caches = ", ".join(mem.buffer(f"hbm.s{c.s}.{n.name}.{p}_cache").ident for p in "kv")
+    lib = c.library("attention")
+    return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, "
+            f"{caches}, k, start_pos, {c.buffers(n.name)})"]
 
 
 @EMITTERS.register("mlp")
 def _mlp(c: StackCtx, n) -> list[str]:
     op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
     width = c.shard.param(f"{n.name}.up").shape[1]
+    act = literal(op.activation.value)
     if op.gated:      # stream order: gate, up, down
         lines = [c.linear("gate", x, f"{n.name}.gate", width),
                  c.linear("up", x, f"{n.name}.up", width),
-                 f"act = rt.activation({op.activation.value!r}, gate) * up"]
+                 f"act = rt.activation({act}, gate) * up"]
     else:
-        lines = [c.linear("up", x, f"{n.name}.up", width)]
-        lines.append(f"act = rt.activation({op.activation.value!r}, up)")
+        lines = [c.linear("up", x, f"{n.name}.up", width), f"act = rt.activation({act}, up)"]
     lines.append(c.linear(v(out), "act", f"{n.name}.down", c.shard.width(out)))
-    return lines + c.reduce(n.name, out)
+    return lines
 
 
 @EMITTERS.register("moe")
 def _moe(c: StackCtx, n) -> list[str]:
     op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
-    pre = f"s{c.s}_{n.name}_"
     bias = c.vec(f"{n.name}.router_bias") if op.correction_bias else "None"
     local = next(e for e in c.shard.experts if e[0] == n.name)[3]
     first, count = c.tiles_of(f"{n.name}.router")
-    c.library("moe", "moe_lib")
+    lib = c.library("moe")
+    experts = ", ".join(c.hbm(f"{n.name}.experts_{p}") for p in ("gate", "up", "down"))
     lines = [f"router = rt.ring_matrix(stream, {c.s}, k, S{c.s}_TILES.tiles[{first}:"
              f"{first + count}], first={first})",
-             f"{v(out)} = moe_lib.moe_routed(MOE_S{c.s}_{n.name}, {x}, router, {bias}, "
-             f"{pre}experts_gate, {pre}experts_up, {pre}experts_down, k, "
-             f"expert_base_s{c.s}_{n.name} * {local}, moe_s{c.s}_{n.name})"]
+             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router, {bias}, "
+             f"{experts}, k, expert_base_s{c.s}_{n.name} * {literal(local)}, "
+             f"{c.buffers(n.name)})"]
     if op.num_shared_experts:
         width = c.shard.param(f"{n.name}.shared_up").shape[1]
         lines += [c.linear("gate", x, f"{n.name}.shared_gate", width),
                   c.linear("up", x, f"{n.name}.shared_up", width),
-                  f"act = rt.activation({op.activation.value!r}, gate) * up",
+                  f"act = rt.activation({literal(op.activation.value)}, gate) * up",
                   c.linear("shared", "act", f"{n.name}.shared_down", c.shard.width(out)),
                   f"{v(out)} = {v(out)} + shared"]
-    return lines + c.reduce(n.name, out)
+    return lines
 
 
 @EMITTERS.register("add")
@@ -153,60 +175,66 @@ def _add(c: StackCtx, n) -> list[str]:
 
 
 def stack_body(c: StackCtx) -> list[str]:
-    s, count = c.s, c.shard.count
+    s, count, mem = c.s, c.shard.count, c.plan.memory
+    hbm = "".join(f"{c.hbm(p)}, " for p in c.vectors)
+    bound = mem.bound(s, VECTORS)
+    bufs = "".join(f"{mem.buffer(bound[p]).ident}, " for p in c.vectors)
     lines = [f"# ---- stack {s}: layers {c.shard.start}..{c.shard.start + count - 1} "
-             f"({c.layer.kind}) ----",
-             f"vec_s{s} = rt.Vectors(({''.join(f's{s}_{pack.ident(p)}, ' for p in c.vectors)}), "
-             f"({''.join(f'vec_s{s}_{i}, ' for i in range(len(c.vectors)))}), vec_sems_s{s}, "
-             "sync=SYNCHRONISED)",
+             f"({declare.comment(c.layer.kind)}) ----",
+             f"vec_s{s} = rt.Vectors(({hbm}), ({bufs}), vec_sems, sync=SYNCHRONISED)",
              f"vec_s{s}.start(0)", "", f"def layer_s{s}(k, carry):",
-             f"    vec_s{s}.wait(k)", "", f"    @pl.when(k + 1 < {count})",
+             f"    vec_s{s}.wait(k)", "", f"    @pl.when(k + 1 < {literal(count)})",
              "    def _():", f"        vec_s{s}.start(k + 1)", "",
              f"    {v(c.layer.input)} = residual[...]"]
     for n in c.layer.nodes:
         emitter = EMITTERS(n.op.kind, f"layers[{s}].{n.name}")
         lines.append(f"    # node: layers[{s}].{n.name}")
-        lines += [f"    {line}" for line in emitter(c, n)]
+        body = emitter(c, n) + c.reduce(n.name, n.outputs[0])
+        lines += [f"    {line}" for line in body]
     lines += [f"    residual[...] = {v(c.layer.output)}", "    return carry", "",
-              f"jax.lax.fori_loop(0, {count}, layer_s{s}, 0)", ""]
+              f"jax.lax.fori_loop(0, {literal(count)}, layer_s{s}, 0)", ""]
     return lines
 
 
 def render(model, plan, *, synchronised: bool = False) -> str:
     """The generated module's source text for ``plan``; ``synchronised`` builds
     the synchronised-ops ablation (no DMA ahead across op boundaries; bench only)."""
-    from megakernel.backends.pallas_tpu import scratch
-
     known = ("one_shot", "rs_ag", "exchange")
     bad = [s.name for s in plan.collectives.specs if s.algorithm not in known]
-    if bad:
-        raise EmitError(f"collective algorithm of {bad} is not implemented; known: {known}",
-                        path="plan.collectives", hint="plan with overrides allreduce='one_shot'")
+    if bad or any(s.kind == "all_gather" for s in plan.collectives.specs):
+        raise EmitError(f"collectives {bad or ['gather']} are not implemented in the kernel; "
+                        f"it implements all-reduces {known[:2]} and the argmax exchange",
+                        path="plan.collectives",
+                        hint="plan with overrides allreduce='one_shot' and logits='argmax'")
     ctxs = [StackCtx(model, plan, s) for s in range(len(plan.shard.stacks))]
     ops = pack.operands(model, plan)
-    inputs = [o for o in ops]
     caches = [i for i, o in enumerate(ops) if o.role == "cache"]
-    sc = scratch.plan_scratch(model, plan, ctxs)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    body = scratch.prologue_lines(model, plan, ctxs, sc)
+    body = frame.prologue_lines(model, plan, ctxs)
     for c in ctxs:
         body += stack_body(c)
-    body += scratch.epilogue_lines(model, plan)
+    body += frame.epilogue_lines(model, plan)
+    scratch = declare.scratch_lines(plan)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     req, mem = plan.request, plan.memory
     return env.get_template("kernel.py.j2").render(
-        model_name=model.name, target=f"{plan.target.chip} ({plan.target.topology.name})",
+        model_name=declare.comment(model.name), model_literal=literal(model.name),
+        target=f"{plan.target.chip} ({plan.target.topology.name})",
         cores=plan.shard.cores, digest=plan.digest(), batch=req.batch, tokens=req.tokens,
         rows=mem.rows, rows_padded=mem.rows_padded, hidden=model.hidden_size,
         vocab_size=model.vocab_size, vocab_stride=plan.shard.vocab_stride,
         vocab_local=plan.shard.vocab_local, num_banks=mem.stream.num_banks,
-        bank_shape=sc.bank_shape, vmem_limit=sc.vmem_limit,
+        bank_shape=literal(mem.ring.shape),
+        vmem_limit=int(plan.target.vmem_bytes), vmem_declared=mem.vmem_declared,
         libraries=sorted({(m, a) for c in ctxs for m, a in c.libraries.items()}),
-        inputs=inputs, sharded=tuple(o.sharded for o in inputs), cache_inputs=tuple(caches),
-        segments=sc.segments, segment_names=", ".join(s["name"] for s in sc.segments),
-        geometry_lines=sc.geometry_lines, scratch_lines=sc.lines, scratch_extra=sc.extra,
-        n_inputs=len(inputs), n_outputs=1 + len(caches), n_scratch=len(sc.names),
-        input_names=", ".join(o.name + ("_in" if o.role == "cache" else "") for o in inputs),
+        inputs=[dict(name=o.name, shape=literal(tuple(o.shape)), dtype=literal(o.dtype),
+                     space=literal(o.space)) for o in ops],
+        sharded=literal(tuple(o.sharded for o in ops)), cache_inputs=literal(tuple(caches)),
+        segments=declare.segment_tables(plan, ctxs),
+        segment_names=", ".join(f"S{c.s}_TILES" for c in ctxs) + ", HEAD_TILES",
+        geometry_lines=declare.geometry_lines(plan), scratch=scratch,
+        n_inputs=len(ops), n_outputs=1 + len(caches),
+        input_names=", ".join(o.name + ("_in" if o.role == "cache" else "") for o in ops),
         output_names=", ".join(["next_token"] + [ops[i].name for i in caches]),
-        scratch_names=", ".join(sc.names), scratch_unpack=sc.unpack, body=body,
+        scratch_names=", ".join(name for name, _, _ in scratch), body=body,
         collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised)

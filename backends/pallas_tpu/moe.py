@@ -1,26 +1,25 @@
 """In-kernel routed MoE: router, sort-free top-k, data-dependent expert DMAs.
 
-Contract (the emitter calls exactly these):
+Contract (the planner and the emitter use exactly these):
 
 ``MoEGeometry(rows, rows_padded, hidden, num_experts, experts_local, inter_local,
 top_k, scoring, correction_bias, renormalize, routed_scaling, activation, slots,
-dtype, chunk=0)`` - one MoE node on one core. ``chunk`` (0 = inter_local)
+dtype, chunk)`` - one MoE node on one core, chosen by the planner. ``chunk``
 splits each expert's intermediate into ``inter_local // chunk`` slices, as
 ``ExpertStream.chunk/chunks`` plans when a whole expert does not fit a slot.
 
-``scratch_shapes(g) -> list`` - pltpu scratch, in this order:
-  0 used_v  VMEM (8, E) int32          row 0: 1 where any valid row picked expert e
-  1 used_s  SMEM (8, E) int32          the same, readable as scalars
-  2 uniq_s  SMEM (experts_local,) i32  compact list of picked local experts
-  3 gate_b  VMEM (slots, hidden, chunk) dtype
-  4 up_b    VMEM (slots, hidden, chunk) dtype
-  5 down_b  VMEM (slots, chunk, hidden) dtype
-  6 sems    DMA (3, slots)             [gate|up|down, slot]
-  7 isem    DMA (1,)                   used_v -> used_s
-(E = num_experts.)
+``buffers(g)`` - what ``moe_routed`` needs, by argument name (E = num_experts):
+  used_v      VMEM (8, E) int32          row 0: 1 where any valid row picked expert e
+  used_s      SMEM (8, E) int32          the same, readable as scalars
+  uniq        SMEM (experts_local,) i32  compact list of picked local experts
+  gate_slots  VMEM (slots, hidden, chunk) dtype
+  up_slots    VMEM (slots, hidden, chunk) dtype
+  down_slots  VMEM (slots, chunk, hidden) dtype
+  slot_sems   DMA (3, slots)             [gate|up|down, slot]
+  ids_sem     DMA (1,)                   used_v -> used_s
 
 ``moe_routed(g, x, router, router_bias, experts_gate, experts_up, experts_down,
-layer, expert_offset, scratch) -> partial [rows_padded, hidden] f32`` - x value
+layer, expert_offset, **buffers) -> partial [rows_padded, hidden] f32`` - x value
 [RP, hidden] f32; router value [hidden, E] (weights dtype); router_bias value
 [1, E] f32 or None; experts_* HBM refs [L, experts_local, ...]; layer traced
 int32; expert_offset = global id of local expert 0 (EP) or 0 (TP). Returns the
@@ -46,6 +45,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from megakernel.activations import apply as activation
+from megakernel.compiler.buffers import Need, Space
+from megakernel.errors import PlanningError
+
 HI = jax.lax.Precision.HIGHEST
 
 
@@ -64,44 +67,43 @@ class MoEGeometry:
     routed_scaling: float
     activation: str
     slots: int
-    dtype: object
-    chunk: int = 0
+    dtype: str
+    chunk: int
 
     def __post_init__(self):
-        if self.chunk == 0:
-            object.__setattr__(self, "chunk", self.inter_local)
-        assert self.inter_local % self.chunk == 0
-        assert 1 <= self.top_k <= self.num_experts and self.slots >= 1
-        assert self.experts_local <= self.num_experts
-        assert self.rows <= self.rows_padded and self.rows_padded % 8 == 0
-        assert self.scoring in ("softmax", "sigmoid")
-        assert self.activation in ("silu", "gelu", "gelu_tanh")
+        checks = [
+            (self.chunk > 0 and self.inter_local % self.chunk == 0,
+             f"chunk={self.chunk} does not divide inter_local={self.inter_local}"),
+            (1 <= self.top_k <= self.num_experts, f"top_k={self.top_k} not in 1..{self.num_experts}"),
+            (self.slots >= 1, f"slots={self.slots} must be >= 1"),
+            (self.experts_local <= self.num_experts,
+             f"experts_local={self.experts_local} exceeds num_experts={self.num_experts}"),
+            (self.rows <= self.rows_padded and self.rows_padded % 8 == 0,
+             f"rows_padded={self.rows_padded} must be a multiple of 8 >= rows={self.rows}"),
+            (self.scoring in ("softmax", "sigmoid"), f"scoring={self.scoring!r} is unknown"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise PlanningError(message, path="moe.geometry")
 
     @property
     def chunks(self) -> int:
         return self.inter_local // self.chunk
 
 
-def scratch_shapes(g: MoEGeometry) -> list:
-    return [
-        pltpu.VMEM((8, g.num_experts), jnp.int32),
-        pltpu.SMEM((8, g.num_experts), jnp.int32),
-        pltpu.SMEM((g.experts_local,), jnp.int32),
-        pltpu.VMEM((g.slots, g.hidden, g.chunk), g.dtype),
-        pltpu.VMEM((g.slots, g.hidden, g.chunk), g.dtype),
-        pltpu.VMEM((g.slots, g.chunk, g.hidden), g.dtype),
-        pltpu.SemaphoreType.DMA((3, g.slots)),
-        pltpu.SemaphoreType.DMA((1,)),
-    ]
-
-
-def _act(kind, x):
-    if kind == "silu":
-        return jax.nn.silu(x)
-    if kind == "gelu_tanh":
-        return jax.nn.gelu(x, approximate=True)
-    # jax.nn.gelu(approximate=False) uses erfc, which Mosaic cannot lower; erf can.
-    return 0.5 * x * (1.0 + jax.lax.erf(x * (2.0 ** -0.5)))
+def buffers(g: MoEGeometry) -> tuple[Need, ...]:
+    vmem, smem, dma, i32 = Space.VMEM, Space.SMEM, Space.SEMAPHORE, "int32"
+    fetch = f"slice n of the layer's expert fetches in slot n % {g.slots}"
+    return (
+        Need("used_v", vmem, (8, g.num_experts), i32, "row 0: experts any valid row picked"),
+        Need("used_s", smem, (8, g.num_experts), i32, "the same, as scalars"),
+        Need("uniq", smem, (g.experts_local,), i32, "picked local experts, ascending"),
+        Need("gate_slots", vmem, (g.slots, g.hidden, g.chunk), g.dtype, fetch),
+        Need("up_slots", vmem, (g.slots, g.hidden, g.chunk), g.dtype, fetch),
+        Need("down_slots", vmem, (g.slots, g.chunk, g.hidden), g.dtype, fetch),
+        Need("slot_sems", dma, (3, g.slots), "dma_semaphore", "[gate|up|down, slot]"),
+        Need("ids_sem", dma, (1,), "dma_semaphore", "used_v -> used_s"),
+    )
 
 
 def _matmul(x, w):
@@ -144,8 +146,10 @@ def route(g: MoEGeometry, x, router, router_bias):
 
 
 def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
-               experts_down, layer, expert_offset, scratch):
-    used_v, used_s, uniq_s, gate_b, up_b, down_b, sems, isem = scratch
+               experts_down, layer, expert_offset, *, used_v, used_s, uniq, gate_slots,
+               up_slots, down_slots, slot_sems, ids_sem):
+    uniq_s, gate_b, up_b, down_b, sems, isem = (uniq, gate_slots, up_slots, down_slots,
+                                                slot_sems, ids_sem)
     K, C, nc = g.slots, g.chunk, g.chunks
     combine, used = route(g, x, router, router_bias)
     used_v[...] = jnp.broadcast_to(used, used_v.shape)
@@ -187,7 +191,7 @@ def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
             for c in copies(j):
                 c.start()
 
-    xw = x.astype(g.dtype)
+    xw = x.astype(jnp.dtype(g.dtype))
     lane = jax.lax.broadcasted_iota(jnp.int32, combine.shape, 1)
 
     def item(q, acc):
@@ -202,7 +206,7 @@ def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
         slot = q % K
         e = (uniq_s[q // nc] if nc > 1 else uniq_s[q]) + expert_offset
         wgt = jnp.sum(jnp.where(lane == e, combine, 0.0), axis=-1, keepdims=True)  # [RP, 1]
-        h = _act(g.activation, _matmul(xw, gate_b[slot])) * _matmul(xw, up_b[slot])
+        h = activation(g.activation, _matmul(xw, gate_b[slot])) * _matmul(xw, up_b[slot])
         y = _matmul(h, down_b[slot])
         return acc + wgt * y
 

@@ -15,14 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megakernel.compiler.plan_operands import CONSTANTS
 from megakernel.ir.graph import Model
-from megakernel.registry import Registry
-
-# One rule per op kind: (op) -> {name suffix: constant table [1, n] f32} that
-# the kernel reads from VMEM (none for most kinds).
-CONSTANTS: Registry = Registry("constant operand", "backends/pallas_tpu/pack.py")
-CONSTANTS.register("rmsnorm", "linear", "attention", "mlp", "moe", "add")(lambda op: {})
-CONSTANTS.register("rope")(lambda op: {"inv_freq": op.inv_freq().astype(np.float32)[None, :]})
 
 
 @dataclass(frozen=True)
@@ -42,35 +36,13 @@ def ident(text: str) -> str:
 
 
 def operands(model: Model, plan) -> list[Operand]:
-    shard, mem, req = plan.shard, plan.memory, plan.request
-    h = model.hidden_size
-    embed = shard.global_param("embed.weight")
-    out = [Operand("tokens", "tokens", (mem.rows,), "int32", "smem", False, role="step"),
-           Operand("start_pos", "start_pos", (req.batch,), "int32", "smem", False, role="step"),
-           Operand("embed", "embed.weight", embed.shape, embed.dtype, "hbm", True,
-                   role="gather"),
-           Operand("final_norm", "final_norm.weight", (1, h), model.dtype.value, "vmem",
-                   False, role="vector")]
-    if not shard.tied:          # a tied head streams the embedding operand itself
-        head = shard.global_param("lm_head.weight")
-        out.append(Operand("lm_head", head.name, head.shape, head.dtype, "hbm", True,
-                           role="ring"))
-    for ss in shard.stacks:
-        for p in ss.params:
-            shape = (ss.count, 1, *p.shape) if p.channel == "vector" else (ss.count, *p.shape)
-            out.append(Operand(f"s{ss.stack}_{ident(p.name)}", p.name, shape, p.dtype, "hbm",
-                               True, ss.stack, p.channel))
-    for st, ss in zip(model.stacks, shard.stacks):
-        for n in st.layer.nodes:
-            tables = CONSTANTS(n.op.kind, f"layers[{ss.stack}].{n.name}")(n.op)
-            for suffix, table in tables.items():
-                out.append(Operand(f"s{ss.stack}_{n.name}_{suffix}", f"{n.name}.{suffix}",
-                                   table.shape, "float32", "vmem", False, ss.stack,
-                                   "constant"))
-    for kv in mem.kv:
-        for part in ("k", "v"):
-            out.append(Operand(f"s{kv.stack}_{kv.node}_{part}_cache", f"{kv.node}.{part}",
-                               kv.cache_shape, kv.dtype, "hbm", True, kv.stack, "cache"))
+    """The call's operands, as the plan lists them (``MemoryPlan.operands``)."""
+    mem = plan.memory
+    out = []
+    for o in mem.operands:
+        b = mem.buffer(o.buffer)
+        out.append(Operand(b.ident, o.source, b.shape, b.dtype, b.space.value, o.sharded,
+                           o.stack, o.role))
     return out
 
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from megakernel import activations
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
     all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
 from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, tile_pieces  # noqa: F401
@@ -111,11 +112,7 @@ def rope(x, pos, inv_freq, heads, head_dim, rotary_dim):
 
 
 def activation(kind, x):
-    if kind == "silu":
-        return x * jax.nn.sigmoid(x)
-    if kind == "gelu":
-        return jax.nn.gelu(x, approximate=False)
-    return jax.nn.gelu(x, approximate=True)
+    return activations.apply(kind, x)
 
 
 def block_argmax(logits, valid):

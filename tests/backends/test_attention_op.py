@@ -15,6 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.backends.pallas_tpu import attention as A
+from megakernel.backends.pallas_tpu.declare import allocation
 from megakernel.ir.ops import Attention
 from megakernel.backends.pallas_tpu.run import interpret_params as interpret, races_found
 from megakernel.models import reference as R
@@ -24,12 +25,15 @@ def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
     """Kernel: `loop` consecutive layers starting at layer_ref[0], one attend each
     (as the megakernel's layer fori_loop does), out [loop, RP, Hq*D]."""
 
+    needs = A.buffers(g)
+    names = [n.name for n in needs]
+
     def kernel(start_ref, layer_ref, q_ref, k_ref, v_ref, kc_in, vc_in, o_ref, kc, vc, *scr):
         del kc_in, vc_in            # aliased to kc, vc
 
         def body(i, c):
             o_ref[i] = A.attend(g, q_ref[i], k_ref[i], v_ref[i], kc, vc, layer_ref[0] + i,
-                                start_ref, list(scr))
+                                start_ref, **dict(zip(names, scr)))
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
@@ -44,7 +48,7 @@ def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
                                         jnp.float32), cache, cache),
         in_specs=[smem, smem, vmem, vmem, vmem, hbm, hbm],
         out_specs=(vmem, hbm, hbm),
-        scratch_shapes=A.scratch_shapes(g),
+        scratch_shapes=[allocation(n.space, n.shape, n.dtype) for n in needs],
         input_output_aliases={5: 1, 6: 2},
         interpret=interp,
     )
@@ -58,7 +62,7 @@ def run_case(batch, tokens, kv_heads, group, head_dim, kv_tile, seq_tiles, windo
     hq = kv_heads * group
     op = Attention(hq, kv_heads, head_dim, sliding_window=window)
     g = A.AttentionGeometry(batch, tokens, rp, hq, kv_heads, head_dim, kv_tile, S,
-                            op.softmax_scale, window, dtype)
+                            op.softmax_scale, window, jnp.dtype(dtype).name)
     rng = np.random.default_rng(seed)
     start = np.asarray(starts, np.int32)
     q = rng.standard_normal((loop, rp, hq * head_dim)).astype(np.float32)
@@ -152,7 +156,7 @@ def test_attend_compiles_for_tpu7x():
     mesh = jax.sharding.Mesh(topo.devices, ("x",))
     sh = jax.sharding.SingleDeviceSharding(topo.devices[0])
     for window, dt in ((None, jnp.bfloat16), (128, jnp.float32)):
-        g = A.AttentionGeometry(8, 2, 16, 8, 2, 128, 256, 4096, 0.088, window, dt)
+        g = A.AttentionGeometry(8, 2, 16, 8, 2, 128, 256, 4096, 0.088, window, jnp.dtype(dt).name)
         f = build(g, 4, 2, False)
         sds = [jax.ShapeDtypeStruct(s, d, sharding=sh) for s, d in (
             ((8,), jnp.int32), ((1,), jnp.int32), ((2, 16, 1024), jnp.float32),

@@ -3,6 +3,8 @@
 import ast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from megakernel.backends.pallas_tpu import emit, load
 from megakernel.compiler.pipeline import plan_model
@@ -79,3 +81,62 @@ def test_lm_head_loops_over_its_even_tiles(name, devices, loop, tmp_path):
     head = module.SEGMENTS[-1]
     n, _ = runtime.head_loop(head.tiles, plan.shard.tied, module.BANK_SHAPE[2], module.NUM_BANKS)
     assert n == loop and len(head.tiles) - n == module.NUM_BANKS + 1
+
+
+def declared_vmem(module) -> int:
+    """VMEM the generated module declares, read from the module itself: its
+    scratch list, its VMEM operands and its (VMEM) next-token output."""
+    import jax.numpy as jnp
+    from jax.experimental.pallas import tpu as pltpu
+
+    from megakernel.compiler.layout import padded_bytes
+
+    total = sum(padded_bytes(tuple(s.shape), jnp.dtype(s.dtype).name)
+                for s in module.scratch_shapes() if s.memory_space == pltpu.VMEM)
+    total += sum(padded_bytes(tuple(shape), dtype)
+                 for _, shape, dtype, space in module.INPUTS if space == "vmem")
+    return total + padded_bytes((module.ROWS_PADDED, 128), "int32")
+
+
+ZOO_DEVICES = {"tiny-dense": 2, "tiny-moe": 4, "llama-3.2-1b": 1, "qwen3-8b": 4,
+               "qwen3-32b": 8, "qwen3-30b-a3b": 8, "mixtral-8x7b": 8}
+
+
+@pytest.mark.parametrize("name", sorted(ZOO_DEVICES))
+def test_declared_vmem_is_the_plan_byte_for_byte(name, tmp_path):
+    from megakernel.backends import pallas_tpu as backend
+
+    model = zoo.model(name)
+    plan = plan_model(model, devices=ZOO_DEVICES[name], batch=1, tokens=1)
+    module = load.import_module(backend.compile_model(model, plan, tmp_path))
+    assert declared_vmem(module) == plan.memory.vmem_declared == module.VMEM_DECLARED_BYTES
+    # and every scratch buffer is the plan's, by name and in order
+    src = (tmp_path / "kernel.py").read_text()
+    for b in plan.memory.scratch():
+        assert f"# {b.ident}: " in src, b.name
+    assert "scratch[" not in src
+
+
+@st.composite
+def _drawn_plans(draw):
+    from megakernel.compiler.shard import legal_core_counts
+    from megakernel.ir.config import build
+    from megakernel.testing import model_configs
+
+    model = build(draw(model_configs()))
+    devices = draw(st.sampled_from([c for c in legal_core_counts(model) if c <= 8]))
+    return model, devices, draw(st.sampled_from([1, 2, 8])), draw(st.integers(1, 4))
+
+
+@settings(max_examples=12, deadline=None)
+@given(_drawn_plans())
+def test_declared_vmem_is_the_plan_for_drawn_models(case):
+    import tempfile
+
+    from megakernel.backends import pallas_tpu as backend
+
+    model, devices, batch, tokens = case
+    plan = plan_model(model, devices=devices, batch=batch, tokens=tokens)
+    with tempfile.TemporaryDirectory() as d:
+        module = load.import_module(backend.compile_model(model, plan, d))
+        assert declared_vmem(module) == plan.memory.vmem_declared

@@ -16,6 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.backends.pallas_tpu import moe as M
+from megakernel.backends.pallas_tpu.declare import allocation
 from megakernel.ir.ops import MoE
 from megakernel.backends.pallas_tpu.run import interpret_params as interpret, races_found
 from megakernel.models import reference as R
@@ -25,13 +26,16 @@ def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
     """Kernel: `loop` consecutive layers from layer_ref[0]; expert offset from
     SMEM (traced) unless static_offset is given. out [loop, RP, hidden]."""
 
+    needs = M.buffers(g)
+    names = [n.name for n in needs]
+
     def kernel(layer_ref, off_ref, x_ref, r_ref, b_ref, wg, wu, wd, o_ref, *scr):
         off = off_ref[0] if static_offset is None else static_offset
 
         def body(i, c):
             bias = b_ref[...] if g.correction_bias else None
             o_ref[i] = M.moe_routed(g, x_ref[i], r_ref[...], bias, wg, wu, wd,
-                                    layer_ref[0] + i, off, list(scr))
+                                    layer_ref[0] + i, off, **dict(zip(names, scr)))
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
@@ -44,7 +48,7 @@ def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
         out_shape=jax.ShapeDtypeStruct((loop, g.rows_padded, g.hidden), jnp.float32),
         in_specs=[smem, smem, vmem, vmem, vmem, hbm, hbm, hbm],
         out_specs=vmem,
-        scratch_shapes=M.scratch_shapes(g),
+        scratch_shapes=[allocation(n.space, n.shape, n.dtype) for n in needs],
         interpret=interp,
     )
 
@@ -70,7 +74,7 @@ def run_case(rows, experts, top_k, scoring, bias, renorm, slots, ep, tp, chunks,
 
     el, il = experts // ep, inter // tp
     g = M.MoEGeometry(rows, rp, hidden, experts, el, il, top_k, scoring, bias, renorm,
-                      scaling, activation, slots, dtype, chunk=il // chunks)
+                      scaling, activation, slots, jnp.dtype(dtype).name, chunk=il // chunks)
     total = 0.0
     for c in range(ep * tp):
         e0, i0 = (c // tp) * el, (c % tp) * il
@@ -141,7 +145,7 @@ def test_moe_compiles_for_tpu7x():
     H, E, EL, I, dt = 1024, 16, 8, 512, jnp.bfloat16
     for chunk, static in ((I, None), (256, 8)):
         g = M.MoEGeometry(5, 8, H, E, EL, I, 4, "sigmoid", True, True, 2.5, "gelu",
-                          3, dt, chunk=chunk)
+                          3, jnp.dtype(dt).name, chunk=chunk)
         f = build(g, 4, 2, False, static_offset=static)
         sds = [jax.ShapeDtypeStruct(s, d, sharding=sh) for s, d in (
             ((1,), jnp.int32), ((1,), jnp.int32), ((2, 8, H), jnp.float32), ((H, E), dt),

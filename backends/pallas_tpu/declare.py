@@ -1,0 +1,120 @@
+"""Declarations of the generated module, rendered from the plan and nothing else.
+
+``scratch_lines`` renders every scratch buffer of ``plan.memory`` (in plan
+order, by name); ``segment_tables`` the weight ring's tile tables (each tile's
+bank from ``plan.memory.ring``); ``geometry_lines`` each op library's geometry
+record, field by field. Every value written into the source goes through
+``literal``, which accepts only checked Python values (bools, ints, finite
+floats, None, strings rendered as quoted literals) and refuses anything else,
+so nothing from a model file can reach the source as code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from megakernel.compiler.buffers import Space
+from megakernel.errors import EmitError
+
+JNP = {"float32": "jnp.float32", "bfloat16": "jnp.bfloat16", "int32": "jnp.int32",
+       "int8": "jnp.int8", "float8_e4m3fn": "jnp.float8_e4m3fn"}
+SEMAPHORES = {"dma_semaphore": "pltpu.SemaphoreType.DMA",
+              "semaphore": "pltpu.SemaphoreType.REGULAR"}
+LIBRARY_ALIASES = {"attention": "attn_lib", "moe": "moe_lib"}
+
+
+def literal(value) -> str:
+    """Python source for a checked scalar value (or a tuple of them)."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(int(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EmitError(f"{value!r} is not a finite number; it cannot be emitted",
+                            path="emit.literal")
+        return repr(float(value))
+    if isinstance(value, str):
+        return repr(str(value))           # a quoted literal, never code
+    if isinstance(value, tuple):
+        inner = ", ".join(literal(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    raise EmitError(f"a {type(value).__name__} value ({str(value)[:60]!r}) cannot be "
+                    "emitted into the kernel source", path="emit.literal")
+
+
+def comment(text: str) -> str:
+    """``text`` made safe for a one-line ``#`` comment (printable ASCII only)."""
+    return "".join(ch if " " <= ch <= "~" else "?" for ch in str(text))[:200]
+
+
+def dtype_expr(dtype: str) -> str:
+    try:
+        return JNP[dtype]
+    except KeyError:
+        raise EmitError(f"dtype {dtype!r} has no kernel spelling; known: {sorted(JNP)}",
+                        path="emit.dtype") from None
+
+
+def scratch_shape(space: Space, shape: tuple[int, ...], dtype: str) -> str:
+    """The pltpu spelling of one buffer."""
+    if space == Space.SEMAPHORE:
+        return f"{SEMAPHORES[dtype]}({literal(tuple(shape))})"
+    kind = {Space.VMEM: "pltpu.VMEM", Space.SMEM: "pltpu.SMEM"}[space]
+    return f"{kind}({literal(tuple(shape))}, {dtype_expr(dtype)})"
+
+
+def allocation(space: Space, shape: tuple[int, ...], dtype: str):
+    """The pltpu object of one buffer, for code that builds a kernel directly
+    (the op tests): the same spelling ``scratch_shape`` writes."""
+    import jax.numpy as jnp
+    from jax.experimental.pallas import tpu as pltpu
+
+    if space == Space.SEMAPHORE:
+        kind = {"dma_semaphore": pltpu.SemaphoreType.DMA,
+                "semaphore": pltpu.SemaphoreType.REGULAR}[dtype]
+        return kind(tuple(shape))
+    return {Space.VMEM: pltpu.VMEM, Space.SMEM: pltpu.SMEM}[space](tuple(shape), jnp.dtype(dtype))
+
+
+def scratch_lines(plan) -> list[tuple[str, str, str]]:
+    """(variable, pltpu shape expression, note) of every scratch buffer."""
+    return [(b.ident, scratch_shape(b.space, b.shape, b.dtype),
+             comment(b.note or b.kind.value)) for b in plan.memory.scratch()]
+
+
+def library_alias(library: str) -> str:
+    return LIBRARY_ALIASES.get(library, f"{library}_lib")
+
+
+def geometry_name(g) -> str:
+    return f"{g.library.upper()}_S{g.stack}_{g.node}"
+
+
+def geometry_lines(plan) -> list[str]:
+    out = []
+    for g in plan.memory.geometries:
+        record = g.geometry
+        fields = ", ".join(f"{f.name}={literal(getattr(record, f.name))}"
+                           for f in dataclasses.fields(record))
+        out.append(f"{geometry_name(g)} = {library_alias(g.library)}."
+                   f"{type(record).__name__}({fields})")
+    return out
+
+
+def _tile_entry(ring, ref: int, t) -> dict:
+    return {"args": f"{ref}, {t.row0}, {t.rows}, {t.col0}, {t.cols}, bank={ring.bank_of(t)}",
+            "note": comment(f"{t.param}[{t.row0}:{t.row0 + t.rows}, {t.col0}:{t.col0 + t.cols}]")}
+
+
+def segment_tables(plan, ctxs) -> list[dict]:
+    """One ``rt.Segment`` table per stack (tiles of one layer), then the head."""
+    stream, ring = plan.memory.stream, plan.memory.ring
+    out = [{"name": f"S{c.s}_TILES", "offset": c.stream.offset, "count": c.stream.count,
+            "layered": True,
+            "tiles": [_tile_entry(ring, c.ring.index(t.param), t) for t in c.stream.tiles]}
+           for c in ctxs]
+    out.append({"name": "HEAD_TILES", "offset": stream.head_offset, "count": 1,
+                "layered": False, "tiles": [_tile_entry(ring, 0, t) for t in stream.head]})
+    return out

@@ -1,0 +1,71 @@
+"""The kernel code around the layer loops: the prologue and the epilogue.
+
+``prologue_lines``: core id, positions, the weight ring and its first R tile
+DMAs, expert-parallel bases, the entry barrier, the embedding gather and its
+all-reduce. ``epilogue_lines``: final norm, LM head with a running argmax,
+the distributed argmax and the output. Buffers are named as the plan names
+them (``Buffer.ident``); numbers come from the plan through ``literal``.
+"""
+
+from __future__ import annotations
+
+from megakernel.backends.pallas_tpu.declare import literal
+
+
+def allreduce_algorithm(plan) -> str | None:
+    spec = next((s for s in plan.collectives.specs if s.kind == "all_reduce"), None)
+    return spec.algorithm if spec else None
+
+
+def _ident(plan, name: str) -> str:
+    return plan.memory.buffer(name).ident
+
+
+def allreduce_call(plan, x: str, parity: str, site: str) -> str:
+    """The generated all-reduce of variable ``x`` at one site."""
+    b = lambda name: _ident(plan, f"allreduce.{name}")  # noqa: E731
+    if allreduce_algorithm(plan) == "one_shot":
+        return (f"{x} = rt.all_reduce({x}, {b('slots')}, {b('send_sems')}, {b('recv_sems')}, "
+                f"{parity}, me, NUM_CORES)  # {site}")
+    return (f"{x} = rt.all_reduce_rs_ag({x}, {b('stage')}, {b('rs_slots')}, {b('ag_slots')}, "
+            f"{b('send_sems')}, {b('recv_sems')}, {parity}, me, NUM_CORES)  # {site}")
+
+
+def prologue_lines(model, plan, ctxs) -> list[str]:
+    mem, n = plan.memory, plan.shard.cores
+    refs = [f"({''.join(f'{c.hbm(p)}, ' for p in c.ring)})" for c in ctxs]
+    refs.append("(embed,)" if plan.shard.tied else "(lm_head,)")
+    aux = "".join(f"{_ident(plan, f'ring.aux{i}')}, " for i in range(len(mem.ring.aux)))
+    lines = ["me = jax.lax.axis_index('x')" if n > 1 else "me = 0",
+             "pos = rt.positions(start_pos, ROWS_PADDED, BATCH, TOKENS)",
+             f"stream = rt.Stream(ring_banks, ring_sems, NUM_BANKS, SEGMENTS, "
+             f"({', '.join(refs)},), ({aux}), sync=SYNCHRONISED)",
+             "stream.prologue()   # first NUM_BANKS tiles of the step in flight"]
+    for c in ctxs:
+        for node, ep, tp, _, _ in c.shard.experts:
+            lines.append(f"expert_base_s{c.s}_{node} = (me // {literal(tp)}) % {literal(ep)}")
+    if n > 1:
+        lines.append("rt.barrier(me, NUM_CORES)   # peers are in the kernel before remote writes")
+    lines += ["# node: embed",
+              "x = rt.gather_embedding(tokens, embed, embed_rows, embed_sems, me, VOCAB_STRIDE, "
+              "ROWS, ROWS_PADDED)"]
+    site = next((s for s in plan.collectives.sites if s.name == "embed.allreduce"), None)
+    if site is not None:
+        lines.append(allreduce_call(plan, "x", literal(site.parity()), site.name))
+    return lines + ["residual[...] = x", ""]
+
+
+def epilogue_lines(model, plan) -> list[str]:
+    norm, n = model.final_norm, plan.shard.cores
+    lines = ["# node: final_norm",
+             f"xn = rt.rmsnorm(residual[...], final_norm[...].astype(jnp.float32), "
+             f"dim={literal(norm.dim)}, eps={literal(norm.eps)}, offset={literal(norm.offset)})",
+             "# node: lm_head",
+             "valid = jnp.clip(VOCAB_SIZE - me * VOCAB_STRIDE, 0, VOCAB_STRIDE)",
+             f"m, idx = rt.lm_head(stream, {literal(len(plan.shard.stacks))}, xn, "
+             f"{literal(plan.shard.tied)}, logits, valid, me * VOCAB_STRIDE)"]
+    if n > 1:
+        b = lambda name: _ident(plan, f"argmax.{name}")  # noqa: E731
+        lines.append(f"m, idx = rt.exchange_argmax(m, idx, {b('values')}, {b('indices')}, "
+                     f"{b('sems')}, me, NUM_CORES)")
+    return lines + ["next_token[...] = jnp.broadcast_to(idx, (ROWS_PADDED, 128))"]

@@ -1,0 +1,68 @@
+"""The operands and outputs of the kernel call, as plan buffers, in call order.
+
+After ``operand_buffers``: the table holds one buffer per operand (step
+inputs in SMEM, the final norm and constant tables in VMEM, weights and
+caches in HBM with their per-core shapes: a stack's weights stacked over its
+layers, vectors as [layers, 1, n]) and the ``next_token`` output; the returned
+``Operand`` list gives the call order, where each comes from and whether it is
+split over the cores. Caches are aliased to outputs 1.. (updated in place).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from megakernel.compiler.buffers import Kind, Operand, Space
+from megakernel.compiler.layout import LANES
+from megakernel.compiler.plan_buffers import BufferTable, sized
+from megakernel.registry import Registry
+
+# One rule per op kind: (op) -> {name suffix: f32 table [1, n]} the kernel reads
+# from VMEM (none for most kinds).
+CONSTANTS: Registry = Registry("constant operand", "compiler/plan_operands.py")
+CONSTANTS.register("rmsnorm", "linear", "attention", "mlp", "moe", "add")(lambda op: {})
+CONSTANTS.register("rope")(lambda op: {"inv_freq": op.inv_freq().astype(np.float32)[None, :]})
+
+
+def operand_buffers(table: BufferTable, model, shard, request, kv, rows_p: int,
+                    last: int) -> tuple[Operand, ...]:
+    whole = (0, last)
+    out: list[Operand] = []
+
+    def add(name, space, kind, shape, dtype, source, sharded, role, stack=None, note=""):
+        table.add(sized(name, space, kind, shape, dtype, *whole, note, role="operand"))
+        out.append(Operand(name, source, sharded, role, stack))
+
+    add("tokens", Space.SMEM, Kind.SCALARS, (request.rows,), "int32", "tokens", False, "step",
+        note="token ids of the step's rows")
+    add("start_pos", Space.SMEM, Kind.SCALARS, (request.batch,), "int32", "start_pos", False,
+        "step", note="first position of each sequence's new tokens")
+    embed = shard.global_param("embed.weight")
+    add("hbm.embed", Space.HBM, Kind.HBM_WEIGHTS, embed.shape, embed.dtype, "embed.weight",
+        True, "gather", note=f"{embed.channel}; {embed.role}")
+    add("final_norm", Space.VMEM, Kind.RESIDENT, (1, model.hidden_size), model.dtype.value,
+        "final_norm.weight", False, "vector", note="read once, after the last layer")
+    if not shard.tied:          # a tied head streams the embedding operand itself
+        head = shard.global_param("lm_head.weight")
+        add("hbm.lm_head", Space.HBM, Kind.HBM_WEIGHTS, head.shape, head.dtype, head.name,
+            True, "ring", note=f"{head.channel}; {head.role}")
+    for ss in shard.stacks:
+        for p in ss.params:
+            shape = (ss.count, 1, *p.shape) if p.channel == "vector" else (ss.count, *p.shape)
+            add(f"hbm.s{ss.stack}.{p.name}", Space.HBM, Kind.HBM_WEIGHTS, shape, p.dtype, p.name,
+                True, p.channel, ss.stack, f"{p.channel}; {p.role}")
+    for st, ss in zip(model.stacks, shard.stacks):
+        for n in st.layer.nodes:
+            tables = CONSTANTS(n.op.kind, f"layers[{ss.stack}].{n.name}")(n.op)
+            for suffix, t in tables.items():
+                add(f"s{ss.stack}.{n.name}.{suffix}", Space.VMEM, Kind.RESIDENT, t.shape,
+                    "float32", f"{n.name}.{suffix}", False, "constant", ss.stack,
+                    "constant table")
+    for s in kv:
+        for part in ("k", "v"):
+            add(f"hbm.s{s.stack}.{s.node}.{part}_cache", Space.HBM, Kind.HBM_CACHE,
+                s.cache_shape, s.dtype, f"{s.node}.{part}", True, "cache", s.stack,
+                "aliased input/output; heads merged into lanes")
+    table.add(sized("next_token", Space.VMEM, Kind.SCALARS, (rows_p, LANES), "int32", *whole,
+                    "greedy next token of each row (broadcast over lanes)", role="output"))
+    return tuple(out)

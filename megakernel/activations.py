@@ -1,0 +1,48 @@
+"""The one activation table: the reference and every kernel helper call ``apply``.
+
+Each entry is written with primitives Mosaic lowers (exact GELU uses ``erf``;
+``jax.nn.gelu(approximate=False)`` goes through ``erfc``, which Mosaic
+rejects), so what the reference computes is what the kernel computes, and
+every activation the IR names compiles for TPU (tests/backends/test_aot.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from megakernel.errors import EmitError
+
+
+def _silu(x):
+    return x * jax.nn.sigmoid(x)
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + jax.lax.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + jnp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+ACTIVATIONS = {
+    "silu": _silu,
+    "gelu": _gelu,              # exact (erf)
+    "gelu_tanh": _gelu_tanh,    # tanh approximation
+    "sigmoid": jax.nn.sigmoid,
+    "tanh": jnp.tanh,
+}
+
+
+def apply(kind, x):
+    """``kind`` (an ``ir.ops.Activation`` or its value) applied to ``x``."""
+    name = getattr(kind, "value", kind)
+    try:
+        fn = ACTIVATIONS[name]
+    except KeyError:
+        raise EmitError(f"activation {name!r} has no entry; known: {sorted(ACTIVATIONS)}",
+                        path="activations") from None
+    return fn(x)
