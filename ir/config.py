@@ -14,7 +14,7 @@ import functools
 from typing import ClassVar
 
 from megakernel.errors import IRError, error_context
-from megakernel.ir import limits
+from megakernel.ir import limits, sizes
 from megakernel.ir.graph import Layer, Model, OpNode
 from megakernel.ir.ops import MLP, Add, Attention, Linear, MoE, Op, RMSNorm, Rope, RopeScaling
 from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
@@ -158,7 +158,10 @@ def _layer(c: ModelConfig, kind: str) -> Layer:
 
 
 def build(config: ModelConfig) -> Model:
-    """The layer graph of ``config``; errors name ``layers.{i}.{op}.{field}``."""
+    """The layer graph of ``config``; errors name ``layers.{i}.{op}.{field}``.
+    A card whose weights and KV caches cannot fit the largest supported
+    topology is refused first, from its numbers alone (ir/sizes.py)."""
+    sizes.check_fits(sizes.of_config(config), path="config")
     layers = []
     for i in range(config.num_layers):
         with error_context(f"layers.{i}"):

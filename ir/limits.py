@@ -19,7 +19,7 @@ MAX_HEAD_DIM = 1024        # features per head
 MAX_EXPERTS = 4096         # routed experts of a MoE block
 MAX_SHARED_EXPERTS = 64    # always-on experts of a MoE block
 MAX_SEQ_LEN = 2**24        # KV-cache positions, windows, rope's original context
-MAX_LAYER_DEFS = 1024      # distinct layers written in an IR file
+MAX_LAYER_DEFS = 512       # distinct layers written in an IR file
 MAX_NODES = 256            # ops in one layer
 MAX_TENSORS = 512          # tensors declared in one layer
 
@@ -36,7 +36,7 @@ MAX_NAME_CHARS = 128       # model, layer, op and tensor names
 MAX_ENUM_CHARS = 32        # strings that must be one of a few words (dtype, activation)
 
 # JSON files (cards, IR graphs, HF config.json, checkpoint indexes and headers).
-MAX_JSON_BYTES = 32 * 2**20        # a 1024-layer IR file with distinct layers is ~6 MB
+MAX_JSON_BYTES = 4 * 2**20         # an IR file of 512 distinct layers is ~2.3 MB
 MAX_JSON_DEPTH = 32                # the deepest valid document nests 8 levels
 MAX_JSON_STRING = 65_536           # characters of one string (key or value)
 MAX_ECHO_CHARS = 80                # characters of a value echoed in an error

@@ -53,11 +53,6 @@ def check_identifier(name: str, *, path: str) -> str:
     return check(Identifier, name, path=path)
 
 
-def check_positive(value, field: str, *, allow_zero: bool = False) -> None:
-    """``value`` is an exact integer >= 1 (>= 0 with ``allow_zero``)."""
-    check(Int(0 if allow_zero else 1, 2**63 - 1), value, path=field)
-
-
 Dim = Int(1, limits.MAX_WIDTH)
 
 
