@@ -103,13 +103,12 @@ def check_fits(sizes: Sizes, *, cores: int | None = None, hbm_per_core: int | No
     if need <= cores * hbm_per_core:
         return
     raise error(
-        f"{sizes.name} needs {_gb(sizes.param_bytes)} of weights + {_gb(batch * sizes.cache_bytes)} "
-        f"of KV caches ({batch} sequence(s) x {sizes.max_seq_len:,} positions) = {_gb(need)}, "
-        f"at least {_gb(need / cores)} of HBM per core even split evenly over {cores} "
-        f"TensorCores; {chip or 'the target'} has {_gb(hbm_per_core)} per core",
-        path=path, hint="use smaller sizes, fewer layers, a shorter max_seq_len or batch, "
-                        "or more TensorCores" + ("" if cores >= _max_cores() else " (at most "
-                                                 f"{_max_cores()})"))
+        f"{sizes.name} has {_gb(sizes.param_bytes)} of weights + {_gb(batch * sizes.cache_bytes)} "
+        f"of KV caches ({batch} sequence(s) x {sizes.max_seq_len:,} positions) = {_gb(need)}: "
+        f"at least {_gb(need / cores)} of HBM per core, capacity {_gb(hbm_per_core)} "
+        f"({chip or 'target'}, {cores} TensorCore(s), even split evenly)", path=path,
+        hint="use smaller sizes, fewer layers, or a shorter max_seq_len or batch" + (
+            f", or more TensorCores (at most {_max_cores()})" if cores < _max_cores() else ""))
 
 
 def _max_cores() -> int:

@@ -73,7 +73,9 @@ def _from_json_file(path: Path, dtype: str | None) -> Model:
         raise IRError(f"expected a JSON object, found {type(data).__name__}",
                       path=str(path), hint=f"give {_accepted()}")
     if data.get("format") == CARD_FORMAT:
-        return build(card_from_dict(data, source=path.name))
+        card = card_from_dict(data, source=path.name)
+        with error_context(path.name):
+            return build(card)
     if data.get("format") == IR_FORMAT:
         with error_context(path.name):
             return model_from_dict(data)
