@@ -38,13 +38,12 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict:
     return dup
 
 
-def parse_json(text: str | bytes, *, source: str = "",
-               error: type[MegakernelError] = IRError) -> Any:
+def parse_json(text: str | bytes, *, source: str = "", error: type[MegakernelError] = IRError,
+               max_bytes: int = limits.MAX_JSON_BYTES) -> Any:
     """The document in ``text``; errors are ``error`` with path ``source``."""
-    if len(text) > limits.MAX_JSON_BYTES:
-        raise error(f"{len(text):,} bytes; model files are limited to "
-                    f"{limits.MAX_JSON_BYTES:,}", path=source,
-                    hint="is this the right file?")
+    if len(text) > max_bytes:
+        raise error(f"{len(text):,} bytes; model files are limited to {max_bytes:,}",
+                    path=source, hint="is this the right file?")
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")

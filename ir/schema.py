@@ -114,13 +114,13 @@ def _is_plain(annotation) -> bool:
     return not (dataclasses.is_dataclass(annotation) or hasattr(annotation, "__pydantic_config__"))
 
 
-def check(annotation, value: Any, *, path: str = ""):
-    """``value`` validated as ``annotation``; errors are ``IRError`` at ``path``."""
+def check(annotation, value: Any, *, path: str = "", error: type[MegakernelError] = IRError):
+    """``value`` validated as ``annotation``; errors are ``error`` at ``path``."""
     try:
         return adapter(annotation).validate_python(value)
     except ValidationError as err:
-        error = ir_error(err, (), "")
-    raise error.prefixed(path) if path else error
+        failure = ir_error(err, (), "", error)
+    raise failure.prefixed(path) if path else failure
 
 
 # What each pydantic error type expected, in the words of a JSON file.
