@@ -97,6 +97,24 @@ class ModelConfig:
         return cls(**data)
 
 
+# Op fields whose card field has another name: an op's error says which card
+# field to change (``layers.0.q_rope: theta: ... (set by the card's rope_theta)``).
+_CARD_FIELDS = {"eps": "norm_eps", "offset": "norm_offset", "theta": "rope_theta",
+                "scaling": "rope_scaling", "bias": "qkv_bias or o_bias",
+                "hidden": "hidden_size", "intermediate": "intermediate_size",
+                "dim": "hidden_size or head_dim", "num_heads": "num_q_heads or num_kv_heads",
+                "in_features": "hidden_size or num_q_heads x head_dim",
+                "out_features": "hidden_size or the head counts x head_dim"}
+
+
+def _with_card_field(err: IRError) -> IRError:
+    field = err.message.split(":", 1)[0]
+    if field not in _CARD_FIELDS:
+        return err
+    hint = f"set by the card's {_CARD_FIELDS[field]}" + (f"; {err.hint}" if err.hint else "")
+    return type(err)(err.message, path=err.path, hint=hint)
+
+
 class _LayerBuilder:
     """Appends ops and their output tensors in execution order."""
 
@@ -106,7 +124,10 @@ class _LayerBuilder:
 
     def add(self, name: str, make_op, inputs: tuple[str, ...], output: str) -> str:
         with error_context(name):
-            op: Op = make_op()
+            try:
+                op: Op = make_op()
+            except IRError as err:
+                raise _with_card_field(err) from None
             (shape,) = op.infer(tuple(self.tensors[t].shape for t in inputs))
         self.nodes.append(OpNode(name, op, inputs, (output,)))
         self.tensors[output] = TensorSpec(output, shape)
@@ -167,7 +188,10 @@ def build(config: ModelConfig) -> Model:
         with error_context(f"layers.{i}"):
             layers.append(_layer(config, config.layer_kind(i)))
     with error_context("final_norm"):
-        final_norm = RMSNorm(config.hidden_size, config.norm_eps, config.norm_offset)
+        try:
+            final_norm = RMSNorm(config.hidden_size, config.norm_eps, config.norm_offset)
+        except IRError as err:
+            raise _with_card_field(err) from None
     return Model(config.name, config.vocab_size, config.hidden_size, tuple(layers),
                  final_norm, config.tie_embeddings, DType.parse(config.dtype),
                  config.max_seq_len)
