@@ -23,6 +23,8 @@ from megakernel.compiler.request import make_request
 from megakernel.compiler.schedule_collectives import collective_specs, schedule_collectives
 from megakernel.compiler.shard import expert_counts, moe_degrees, shard_model
 from megakernel.compiler.target import Target, make_target
+from megakernel.errors import PlanningError
+from megakernel.ir import sizes
 from megakernel.ir.graph import Model
 
 STAGES = ("request", "target", "shard", "algorithms", "geometry", "memory", "schedule", "cost")
@@ -36,6 +38,10 @@ def plan_model(model: Model, *, target: "Target | str | None" = None, devices: i
     request = make_request(model, devices=devices, batch=batch, tokens=tokens,
                            context=context, overrides=overrides)
     target = _target(target, devices)
+    # Weights and caches that cannot fit these cores even split evenly are
+    # refused from the numbers, before any tile is enumerated.
+    sizes.check_fits(sizes.of_model(model), cores=request.devices, hbm_per_core=target.hbm_bytes,
+                     chip=target.chip, batch=request.batch, path="plan.hbm", error=PlanningError)
     options = _expert_parallel_options(model, request)
     # Several MoE splits: compare them with a one-round geometry search, then
     # refine the winner with the full search.

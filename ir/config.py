@@ -11,71 +11,77 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from megakernel.errors import IRError, error_context
+from megakernel.ir import limits, sizes
 from megakernel.ir.graph import Layer, Model, OpNode
 from megakernel.ir.ops import MLP, Add, Attention, Linear, MoE, Op, RMSNorm, Rope, RopeScaling
-from megakernel.ir.types import DType, TensorSpec, check_positive
+from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
+from megakernel.ir.types import DType, TensorSpec
+
+# Card fields carry exact types and bounded sizes, so that the size arithmetic
+# (ir/sizes.py) can run before anything is built. Floats, head_dim,
+# sliding_window and the words are range-checked by the op they are copied into,
+# whose error names the layer (``layers.0.attention: softmax_scale: ...``).
+_Width = Int(1, limits.MAX_WIDTH)
+_Heads = Int(1, limits.MAX_HEADS)
 
 
-@dataclass(frozen=True)
+@node
 class MoEConfig:
-    num_experts: int
-    top_k: int
-    expert_intermediate: int
-    scoring: str = "softmax"
-    correction_bias: bool = False
-    renormalize: bool = True
-    routed_scaling: float = 1.0
-    num_shared_experts: int = 0
-    shared_intermediate: int = 0
+    num_experts: Int(1, limits.MAX_EXPERTS)
+    top_k: Int(1, limits.MAX_EXPERTS)
+    expert_intermediate: _Width
+    scoring: Word = "softmax"
+    correction_bias: Bool = False
+    renormalize: Bool = True
+    routed_scaling: AnyFloat = 1.0
+    num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
+    shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
 
 
-@dataclass(frozen=True)
+@node
 class ModelConfig:
-    """Flat description of a decoder-only transformer (see docs/ir.md)."""
+    """Flat description of a decoder-only transformer (see docs/ir.md; every
+    range in docs/validation.md)."""
 
-    name: str
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_q_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    activation: str = "silu"
-    norm_eps: float = 1e-6
-    norm_offset: bool = False
-    rope_theta: float = 10000.0
-    rotary_dim: int = 0
+    ERROR_PATH: ClassVar[str] = "config"
+
+    name: ModelName
+    vocab_size: Int(1, limits.MAX_VOCAB)
+    hidden_size: _Width
+    num_layers: Int(1, limits.MAX_LAYERS)
+    num_q_heads: _Heads
+    num_kv_heads: _Heads
+    head_dim: Int(0, limits.MAX_HEAD_DIM)
+    intermediate_size: _Width
+    activation: Word = "silu"
+    norm_eps: AnyFloat = 1e-6
+    norm_offset: Bool = False
+    rope_theta: AnyFloat = 10000.0
+    rotary_dim: Int(0, limits.MAX_HEAD_DIM) = 0
     rope_scaling: RopeScaling | None = None
-    qkv_bias: bool = False
-    o_bias: bool = False
-    qk_norm: bool = False
-    sliding_window: int | None = None
-    softmax_scale: float = 0.0
-    tie_embeddings: bool = False
-    dtype: str = "bfloat16"
-    max_seq_len: int = 4096
+    qkv_bias: Bool = False
+    o_bias: Bool = False
+    qk_norm: Bool = False
+    sliding_window: Int(0, limits.MAX_SEQ_LEN) | None = None
+    softmax_scale: AnyFloat = 0.0
+    tie_embeddings: Bool = False
+    dtype: Word = "bfloat16"
+    max_seq_len: Int(1, limits.MAX_SEQ_LEN) = 4096
     moe: MoEConfig | None = None
-    first_k_dense: int = 0
+    first_k_dense: Int(0, limits.MAX_LAYERS) = 0
 
     def __post_init__(self):
-        with error_context("config"):
-            if isinstance(self.moe, dict):
-                with error_context("moe"):
-                    object.__setattr__(self, "moe", _from_dict(MoEConfig, self.moe, ""))
-            if isinstance(self.rope_scaling, dict):
-                with error_context("rope_scaling"):
-                    object.__setattr__(self, "rope_scaling",
-                                       _from_dict(RopeScaling, self.rope_scaling, ""))
-            check_positive(self.num_layers, "num_layers")
-            check_positive(self.first_k_dense, "first_k_dense", allow_zero=True)
-            if self.moe is None and self.first_k_dense:
-                raise IRError("first_k_dense is set but the model has no moe block",
-                              path="first_k_dense")
-            DType.parse(self.dtype, path="dtype")
+        if self.moe is None and self.first_k_dense:
+            raise IRError("first_k_dense is set but the model has no moe block",
+                          path="first_k_dense", hint="remove first_k_dense or add a moe block")
+        if self.moe is not None and self.first_k_dense >= self.num_layers:
+            raise IRError(f"first_k_dense={self.first_k_dense} leaves no MoE layer among "
+                          f"num_layers={self.num_layers}", path="first_k_dense",
+                          hint=f"use a value below {self.num_layers}, or remove the moe block")
+        DType.parse(self.dtype, path="dtype")
 
     def layer_kind(self, index: int) -> str:
         return "moe" if self.moe is not None and index >= self.first_k_dense else "dense"
@@ -85,22 +91,28 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
-        return _from_dict(cls, data, "config")
+        """The card of ``data``; every unknown, missing or mistyped field is named."""
+        if not isinstance(data, dict):
+            raise IRError(f"expected an object, found {json_kind(data)}", path="config")
+        return cls(**data)
 
 
-def _from_dict(cls, data: dict, path: str):
-    if not isinstance(data, dict):
-        raise IRError(f"expected an object, found {type(data).__name__}", path=path)
-    known = {f.name for f in fields(cls)}
-    extra = sorted(set(data) - known)
-    if extra:
-        raise IRError(f"unknown fields {extra}; known: {sorted(known)}", path=path)
-    required = [f.name for f in fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    missing = [k for k in required if k not in data]
-    if missing:
-        raise IRError(f"missing required fields {missing}", path=path)
-    return cls(**data)
+# Op fields whose card field has another name: an op's error says which card
+# field to change (``layers.0.q_rope: theta: ... (set by the card's rope_theta)``).
+_CARD_FIELDS = {"eps": "norm_eps", "offset": "norm_offset", "theta": "rope_theta",
+                "scaling": "rope_scaling", "bias": "qkv_bias or o_bias",
+                "hidden": "hidden_size", "intermediate": "intermediate_size",
+                "dim": "hidden_size or head_dim", "num_heads": "num_q_heads or num_kv_heads",
+                "in_features": "hidden_size or num_q_heads x head_dim",
+                "out_features": "hidden_size or the head counts x head_dim"}
+
+
+def _with_card_field(err: IRError) -> IRError:
+    field = err.message.split(":", 1)[0]
+    if field not in _CARD_FIELDS:
+        return err
+    hint = f"set by the card's {_CARD_FIELDS[field]}" + (f"; {err.hint}" if err.hint else "")
+    return type(err)(err.message, path=err.path, hint=hint)
 
 
 class _LayerBuilder:
@@ -112,7 +124,10 @@ class _LayerBuilder:
 
     def add(self, name: str, make_op, inputs: tuple[str, ...], output: str) -> str:
         with error_context(name):
-            op: Op = make_op()
+            try:
+                op: Op = make_op()
+            except IRError as err:
+                raise _with_card_field(err) from None
             (shape,) = op.infer(tuple(self.tensors[t].shape for t in inputs))
         self.nodes.append(OpNode(name, op, inputs, (output,)))
         self.tensors[output] = TensorSpec(output, shape)
@@ -164,13 +179,19 @@ def _layer(c: ModelConfig, kind: str) -> Layer:
 
 
 def build(config: ModelConfig) -> Model:
-    """The layer graph of ``config``; errors name ``layers.{i}.{op}.{field}``."""
+    """The layer graph of ``config``; errors name ``layers.{i}.{op}.{field}``.
+    A card whose weights and KV caches cannot fit the largest supported
+    topology is refused first, from its numbers alone (ir/sizes.py)."""
+    sizes.check_fits(sizes.of_config(config), path="config")
     layers = []
     for i in range(config.num_layers):
         with error_context(f"layers.{i}"):
             layers.append(_layer(config, config.layer_kind(i)))
     with error_context("final_norm"):
-        final_norm = RMSNorm(config.hidden_size, config.norm_eps, config.norm_offset)
+        try:
+            final_norm = RMSNorm(config.hidden_size, config.norm_eps, config.norm_offset)
+        except IRError as err:
+            raise _with_card_field(err) from None
     return Model(config.name, config.vocab_size, config.hidden_size, tuple(layers),
                  final_norm, config.tie_embeddings, DType.parse(config.dtype),
                  config.max_seq_len)

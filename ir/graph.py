@@ -9,47 +9,43 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Annotated
 
 import networkx as nx
+from pydantic import Field
 
 from megakernel.errors import IRError, error_context
+from megakernel.ir import limits
 from megakernel.ir.ops import Attention, Op, RMSNorm
-from megakernel.ir.types import DType, ParamSpec, TensorSpec, check_identifier, check_positive
+from megakernel.ir.schema import Bool, Identifier, Int, ModelName, node
+from megakernel.ir.types import DType, ParamSpec, TensorSpec
+
+_Names = Annotated[tuple[Identifier, ...], Field(max_length=limits.MAX_TENSORS)]
 
 
-@dataclass(frozen=True)
+@node
 class OpNode:
     """One op application: ``outputs = op(*inputs)``, named ``name`` in its layer."""
 
-    name: str
+    name: Identifier
     op: Op
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-
-    def __post_init__(self):
-        check_identifier(self.name, path="name")
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "outputs", tuple(self.outputs))
-        for t in self.inputs + self.outputs:
-            check_identifier(t, path=f"{self.name}.tensors")
+    inputs: _Names
+    outputs: _Names
 
 
-@dataclass(frozen=True)
+@node
 class Layer:
     """One decoder layer: ``nodes`` in execution order from tensor ``input`` to
     ``output`` (both [hidden] per token). ``kind`` is a short label (``dense``,
     ``moe``); two layers with equal fields compute the same function."""
 
-    kind: str
-    nodes: tuple[OpNode, ...]
-    tensors: tuple[TensorSpec, ...]
-    input: str = "x"
-    output: str = "y"
+    kind: Identifier
+    nodes: Annotated[tuple[OpNode, ...], Field(max_length=limits.MAX_NODES)]
+    tensors: Annotated[tuple[TensorSpec, ...], Field(max_length=limits.MAX_TENSORS)]
+    input: Identifier = "x"
+    output: Identifier = "y"
 
     def __post_init__(self):
-        check_identifier(self.kind, path="kind")
-        object.__setattr__(self, "nodes", tuple(self.nodes))
-        object.__setattr__(self, "tensors", tuple(self.tensors))
         self._verify()
 
     def _verify(self) -> None:
@@ -134,7 +130,7 @@ class Stack:
         return range(self.start, self.start + self.count)
 
 
-@dataclass(frozen=True)
+@node
 class Model:
     """A decoder-only LM: token embedding, layers, final norm, LM head.
 
@@ -142,22 +138,16 @@ class Model:
     ``final_norm.weight`` [H]; ``lm_head.weight`` [H, V] unless tied to the
     embedding. ``dtype`` is the storage dtype of weights and KV caches."""
 
-    name: str
-    vocab_size: int
-    hidden_size: int
-    layers: tuple[Layer, ...]
+    name: ModelName
+    vocab_size: Int(1, limits.MAX_VOCAB)
+    hidden_size: Int(1, limits.MAX_WIDTH)
+    layers: Annotated[tuple[Layer, ...], Field(max_length=limits.MAX_LAYERS)]
     final_norm: RMSNorm
-    tie_embeddings: bool = False
+    tie_embeddings: Bool = False
     dtype: DType = DType.BF16
-    max_seq_len: int = 4096
+    max_seq_len: Int(1, limits.MAX_SEQ_LEN) = 4096
 
     def __post_init__(self):
-        check_identifier(self.name.replace("-", "_").replace(".", "_"), path="name")
-        check_positive(self.vocab_size, "vocab_size")
-        check_positive(self.hidden_size, "hidden_size")
-        check_positive(self.max_seq_len, "max_seq_len")
-        object.__setattr__(self, "layers", tuple(self.layers))
-        object.__setattr__(self, "dtype", DType.parse(self.dtype))
         if not self.layers:
             raise IRError("a model needs at least one layer", path="layers")
         for i, layer in enumerate(self.layers):

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, fields
-from typing import ClassVar
+from dataclasses import fields
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from megakernel.errors import IRError
-from megakernel.ir.types import DType, ParamSpec, check_positive
+from megakernel.errors import IRError, shown
+from megakernel.ir import limits
+from megakernel.ir.schema import Bool, Float, Int, node
+from megakernel.ir.types import DType, ParamSpec
+
+# Field types of ops (ranges in ir/limits.py, docs/validation.md).
+Dim = Int(1, limits.MAX_WIDTH)
+Heads = Int(1, limits.MAX_HEADS)
+HeadDim = Int(1, limits.MAX_HEAD_DIM)
+Positions = Int(1, limits.MAX_SEQ_LEN)
+FreqFactor = Float(limits.ROPE_FREQ_FACTOR[0], limits.ROPE_FREQ_FACTOR[1], open_low=True)
 
 
 class Activation(enum.Enum):
@@ -43,11 +52,13 @@ def _expect_shapes(op: "Op", found: tuple[tuple[int, ...], ...],
                       f"{list(expected)}", path=op.kind)
 
 
-@dataclass(frozen=True)
+@node
 class Op:
     """Base of all op kinds. ``kind`` names the op in tables and JSON."""
 
     kind: ClassVar[str] = "op"
+    # Errors name the op (``layers.0.attention``); the message names the field.
+    FLAT_ERRORS: ClassVar[bool] = True
 
     def params(self, dtype: DType) -> dict[str, ParamSpec]:
         return {}
@@ -70,20 +81,15 @@ def _encode(value):
     return value
 
 
-@dataclass(frozen=True)
+@node
 class RMSNorm(Op):
     """y = x / rms(x) * w over groups of ``dim`` features (``dim`` = the whole
     vector, or a head for qk-norm). With ``offset`` the scale is (1 + w)."""
 
     kind: ClassVar[str] = "rmsnorm"
-    dim: int
-    eps: float = 1e-6
-    offset: bool = False
-
-    def __post_init__(self):
-        check_positive(self.dim, "dim")
-        if not (isinstance(self.eps, (int, float)) and 0 < self.eps < 1):
-            raise _fail("eps", f"eps={self.eps!r} must be a number in (0, 1)")
+    dim: Dim
+    eps: Float(*limits.NORM_EPS) = 1e-6
+    offset: Bool = False
 
     def params(self, dtype):
         return {"weight": ParamSpec((self.dim,), dtype)}
@@ -96,18 +102,14 @@ class RMSNorm(Op):
         return (shape,)
 
 
-@dataclass(frozen=True)
+@node
 class Linear(Op):
     """y = x @ W (+ b); W is stored [in_features, out_features]."""
 
     kind: ClassVar[str] = "linear"
-    in_features: int
-    out_features: int
-    bias: bool = False
-
-    def __post_init__(self):
-        check_positive(self.in_features, "in_features")
-        check_positive(self.out_features, "out_features")
+    in_features: Dim
+    out_features: Dim
+    bias: Bool = False
 
     def params(self, dtype):
         p = {"weight": ParamSpec((self.in_features, self.out_features), dtype)}
@@ -120,57 +122,45 @@ class Linear(Op):
         return ((self.out_features,),)
 
 
-@dataclass(frozen=True)
+@node
 class RopeScaling:
     """Frequency scaling of rotary embeddings. ``llama3``: Llama 3.1+ smooth
     wavelength-dependent scaling; ``linear``: positions divided by ``factor``."""
 
-    rope_type: str
-    factor: float
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position: int = 8192
+    rope_type: Literal["llama3", "linear"]
+    factor: Float(*limits.ROPE_FACTOR, open_low=True)
+    low_freq_factor: FreqFactor = 1.0
+    high_freq_factor: FreqFactor = 4.0
+    original_max_position: Positions = 8192
 
     SUPPORTED: ClassVar[tuple[str, ...]] = ("llama3", "linear")
 
     def __post_init__(self):
-        if self.rope_type not in self.SUPPORTED:
-            raise _fail("rope_type",
-                        f"rope_type={self.rope_type!r} is not supported; "
-                        f"supported: {list(self.SUPPORTED)}")
-        if not self.factor > 0:
-            raise _fail("factor", f"factor={self.factor!r} must be > 0")
         if self.rope_type == "llama3" and not self.high_freq_factor > self.low_freq_factor:
             raise _fail("high_freq_factor",
                         f"high_freq_factor={self.high_freq_factor} must exceed "
                         f"low_freq_factor={self.low_freq_factor}")
 
 
-@dataclass(frozen=True)
+@node
 class Rope(Op):
     """Rotary position embedding (rotate-half layout) of the first ``rotary_dim``
     features of each of ``num_heads`` heads of ``head_dim``."""
 
     kind: ClassVar[str] = "rope"
-    num_heads: int
-    head_dim: int
-    theta: float = 10000.0
-    rotary_dim: int = 0          # 0 means the full head
+    num_heads: Heads
+    head_dim: HeadDim
+    theta: Float(*limits.ROPE_THETA, open_low=True) = 10000.0
+    rotary_dim: Int(0, limits.MAX_HEAD_DIM) = 0          # 0 means the full head
     scaling: RopeScaling | None = None
 
     def __post_init__(self):
-        check_positive(self.num_heads, "num_heads")
-        check_positive(self.head_dim, "head_dim")
         if self.rotary_dim == 0:
             object.__setattr__(self, "rotary_dim", self.head_dim)
-        if isinstance(self.scaling, dict):
-            object.__setattr__(self, "scaling", RopeScaling(**self.scaling))
         rd = self.rotary_dim
-        if not (isinstance(rd, int) and 0 < rd <= self.head_dim and rd % 2 == 0):
+        if not (rd <= self.head_dim and rd % 2 == 0):
             raise _fail("rotary_dim", f"rotary_dim={rd!r} must be even and in "
                         f"(0, head_dim={self.head_dim}]")
-        if not self.theta > 1:
-            raise _fail("theta", f"theta={self.theta!r} must be > 1")
 
     def inv_freq(self) -> np.ndarray:
         """Per-pair inverse frequencies [rotary_dim // 2], float64, scaling applied."""
@@ -197,7 +187,7 @@ class Rope(Op):
         return inputs
 
 
-@dataclass(frozen=True)
+@node
 class Attention(Op):
     """Causal GQA attention of T new tokens per sequence over a KV cache.
 
@@ -206,25 +196,18 @@ class Attention(Op):
     positions j <= its own (and j > pos - sliding_window when set)."""
 
     kind: ClassVar[str] = "attention"
-    num_q_heads: int
-    num_kv_heads: int
-    head_dim: int
-    softmax_scale: float = 0.0   # 0 means 1/sqrt(head_dim)
-    sliding_window: int | None = None
+    num_q_heads: Heads
+    num_kv_heads: Heads
+    head_dim: HeadDim
+    softmax_scale: Float(*limits.SOFTMAX_SCALE) = 0.0   # 0 means 1/sqrt(head_dim)
+    sliding_window: Positions | None = None
 
     def __post_init__(self):
-        check_positive(self.num_q_heads, "num_q_heads")
-        check_positive(self.num_kv_heads, "num_kv_heads")
-        check_positive(self.head_dim, "head_dim")
         if self.num_q_heads % self.num_kv_heads:
             raise _fail("num_q_heads", f"num_q_heads={self.num_q_heads} is not a "
                         f"multiple of num_kv_heads={self.num_kv_heads}")
         if self.softmax_scale == 0:
             object.__setattr__(self, "softmax_scale", 1.0 / math.sqrt(self.head_dim))
-        if not self.softmax_scale > 0:
-            raise _fail("softmax_scale", f"softmax_scale={self.softmax_scale!r} must be > 0")
-        if self.sliding_window is not None:
-            check_positive(self.sliding_window, "sliding_window")
 
     @property
     def group_size(self) -> int:
@@ -237,21 +220,16 @@ class Attention(Op):
         return (q,)
 
 
-@dataclass(frozen=True)
+@node
 class MLP(Op):
     """Feed-forward block: down(act(gate(x)) * up(x)) when ``gated`` (SwiGLU,
     GeGLU), else down(act(up(x)))."""
 
     kind: ClassVar[str] = "mlp"
-    hidden: int
-    intermediate: int
+    hidden: Dim
+    intermediate: Dim
     activation: Activation = Activation.SILU
-    gated: bool = True
-
-    def __post_init__(self):
-        check_positive(self.hidden, "hidden")
-        check_positive(self.intermediate, "intermediate")
-        object.__setattr__(self, "activation", _enum(Activation, self.activation, "activation"))
+    gated: Bool = True
 
     def params(self, dtype):
         h, i = self.hidden, self.intermediate
@@ -265,7 +243,7 @@ class MLP(Op):
         return ((self.hidden,),)
 
 
-@dataclass(frozen=True)
+@node
 class MoE(Op):
     """Mixture of experts: router, top-k selection, gated expert FFNs, shared experts.
 
@@ -277,30 +255,24 @@ class MoE(Op):
     """
 
     kind: ClassVar[str] = "moe"
-    hidden: int
-    num_experts: int
-    top_k: int
-    expert_intermediate: int
+    hidden: Dim
+    num_experts: Int(1, limits.MAX_EXPERTS)
+    top_k: Int(1, limits.MAX_EXPERTS)
+    expert_intermediate: Dim
     scoring: Scoring = Scoring.SOFTMAX
-    correction_bias: bool = False
-    renormalize: bool = False
-    routed_scaling: float = 1.0
-    num_shared_experts: int = 0
-    shared_intermediate: int = 0
+    correction_bias: Bool = False
+    renormalize: Bool = False
+    routed_scaling: Float(*limits.ROUTED_SCALING, open_low=True) = 1.0
+    num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
+    shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
     activation: Activation = Activation.SILU
 
     def __post_init__(self):
-        for name in ("hidden", "num_experts", "top_k", "expert_intermediate"):
-            check_positive(getattr(self, name), name)
-        check_positive(self.num_shared_experts, "num_shared_experts", allow_zero=True)
-        object.__setattr__(self, "scoring", _enum(Scoring, self.scoring, "scoring"))
-        object.__setattr__(self, "activation", _enum(Activation, self.activation, "activation"))
         if self.top_k > self.num_experts:
             raise _fail("top_k", f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
-        if self.num_shared_experts:
-            check_positive(self.shared_intermediate, "shared_intermediate")
-        if not self.routed_scaling > 0:
-            raise _fail("routed_scaling", f"routed_scaling={self.routed_scaling!r} must be > 0")
+        if self.num_shared_experts and not self.shared_intermediate:
+            raise _fail("shared_intermediate", f"shared_intermediate=0 with "
+                        f"num_shared_experts={self.num_shared_experts}: expected >= 1")
 
     @property
     def shared_width(self) -> int:
@@ -325,7 +297,7 @@ class MoE(Op):
         return ((self.hidden,),)
 
 
-@dataclass(frozen=True)
+@node
 class Add(Op):
     """Residual add of two tensors of the same shape."""
 
@@ -338,32 +310,22 @@ class Add(Op):
         return (inputs[0],)
 
 
-def _enum(cls, value, field_name):
-    if isinstance(value, cls):
-        return value
-    try:
-        return cls(value)
-    except ValueError:
-        raise _fail(field_name, f"{field_name}={value!r} is not one of "
-                    f"{[m.value for m in cls]}") from None
-
-
 OP_KINDS: dict[str, type[Op]] = {c.kind: c for c in (RMSNorm, Linear, Rope, Attention, MLP, MoE, Add)}
 
 
-def op_from_dict(data: dict) -> Op:
-    """Rebuild an op from ``Op.to_dict`` output; unknown kinds or fields are errors."""
+def op_from_dict(data: Any) -> Op:
+    """Rebuild an op from ``Op.to_dict`` output; unknown kinds or fields, and
+    values of the wrong type or range, are errors naming the field."""
+    if not isinstance(data, dict):
+        raise IRError(f"expected an object with a kind, found {shown(data)}",
+                      hint=f'write {{"kind": ..., ...}} with a kind of {sorted(OP_KINDS)}')
     data = dict(data)
     kind = data.pop("kind", None)
-    if kind not in OP_KINDS:
-        raise IRError(f"unknown op kind {kind!r}; known: {sorted(OP_KINDS)}", path="kind")
-    cls = OP_KINDS[kind]
-    known = {f.name for f in fields(cls)}
-    extra = sorted(set(data) - known)
-    if extra:
-        raise IRError(f"unknown fields {extra} for op kind {kind!r}; known: {sorted(known)}",
-                      path=kind)
+    if not isinstance(kind, str) or kind not in OP_KINDS:
+        raise IRError(f"unknown op kind {shown(kind)}; known: {sorted(OP_KINDS)}", path="kind")
+    err: IRError | None = None
     try:
-        return cls(**data)
-    except TypeError as err:
-        raise IRError(f"cannot build {kind}: {err}", path=kind) from None
+        return OP_KINDS[kind](**data)
+    except IRError as caught:
+        err = caught
+    raise err.prefixed(kind)

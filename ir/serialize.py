@@ -3,20 +3,75 @@
 The graph form is complete: loading it rebuilds and re-verifies every node, so
 ``model_from_json(model_to_json(m)) == m``. Identical layers are written once
 under ``layer_defs`` and referenced by index from ``layers``.
+
+Reading is strict (docs/validation.md): the document's shape is checked by a
+schema first (known keys only, exact types, bounded lengths), each op by its
+own record type, and the model's sizes (ir/sizes.py) before it is assembled.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal, TypedDict
 
-from megakernel.errors import IRError, error_context
+from pydantic import ConfigDict, Field
+
+from megakernel.errors import IRError, error_context, shown
+from megakernel.ir import limits, sizes
 from megakernel.ir.graph import Layer, Model, OpNode
+from megakernel.ir.jsonfile import parse_json
 from megakernel.ir.ops import RMSNorm, op_from_dict
+from megakernel.ir.schema import Bool, Identifier, Int, ModelName, Word, check
 from megakernel.ir.types import DType, TensorSpec
 
 IR_FORMAT = "megakernel.ir/1"
 CARD_FORMAT = "megakernel.card/1"
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+def _list(item, most: int, least: int = 0):
+    return Annotated[list[item], Field(min_length=least, max_length=most)]
+
+
+class _TensorDoc(TypedDict):
+    __pydantic_config__ = _STRICT
+    name: Identifier
+    shape: _list(Int(1, limits.MAX_WIDTH), limits.MAX_TENSOR_RANK)
+    dtype: Word
+
+
+class _NodeDoc(TypedDict):
+    __pydantic_config__ = _STRICT
+    name: Identifier
+    op: dict[str, Any]
+    inputs: _list(Identifier, limits.MAX_TENSORS)
+    outputs: _list(Identifier, limits.MAX_TENSORS)
+
+
+class _LayerDoc(TypedDict):
+    __pydantic_config__ = _STRICT
+    kind: Identifier
+    input: Identifier
+    output: Identifier
+    tensors: _list(_TensorDoc, limits.MAX_TENSORS)
+    nodes: _list(_NodeDoc, limits.MAX_NODES)
+
+
+class _ModelDoc(TypedDict):
+    """The whole ``megakernel.ir/1`` document; ops are checked by their own types."""
+
+    __pydantic_config__ = _STRICT
+    format: Literal["megakernel.ir/1"]
+    name: ModelName
+    vocab_size: Int(1, limits.MAX_VOCAB)
+    hidden_size: Int(1, limits.MAX_WIDTH)
+    dtype: Word
+    tie_embeddings: Bool
+    max_seq_len: Int(1, limits.MAX_SEQ_LEN)
+    final_norm: dict[str, Any]
+    layer_defs: _list(_LayerDoc, limits.MAX_LAYER_DEFS, 1)
+    layers: _list(Int(0, limits.MAX_LAYER_DEFS - 1), limits.MAX_LAYERS, 1)
 
 
 def layer_to_dict(layer: Layer) -> dict[str, Any]:
@@ -32,17 +87,19 @@ def layer_to_dict(layer: Layer) -> dict[str, Any]:
 
 
 def layer_from_dict(data: dict[str, Any]) -> Layer:
-    try:
-        tensors = tuple(TensorSpec(t["name"], tuple(t["shape"]), DType.parse(t["dtype"]))
-                        for t in data["tensors"])
-        nodes = []
-        for n in data["nodes"]:
-            with error_context(str(n.get("name", "?"))):
-                nodes.append(OpNode(n["name"], op_from_dict(n["op"]), tuple(n["inputs"]),
-                                    tuple(n["outputs"])))
-        return Layer(data["kind"], tuple(nodes), tensors, data["input"], data["output"])
-    except (KeyError, TypeError) as err:
-        raise IRError(f"malformed layer: missing or wrong field {err}") from None
+    """A layer from its JSON object (checked against the layer schema first)."""
+    data = check(_LayerDoc, data)
+    tensors = []
+    for i, t in enumerate(data["tensors"]):
+        with error_context(f"tensors.{i}"):
+            tensors.append(TensorSpec(t["name"], tuple(t["shape"]),
+                                      DType.parse(t["dtype"], path="dtype")))
+    nodes = []
+    for n in data["nodes"]:
+        with error_context(n["name"]):
+            nodes.append(OpNode(n["name"], op_from_dict(n["op"]), tuple(n["inputs"]),
+                                tuple(n["outputs"])))
+    return Layer(data["kind"], tuple(nodes), tuple(tensors), data["input"], data["output"])
 
 
 def model_to_dict(model: Model) -> dict[str, Any]:
@@ -67,28 +124,32 @@ def model_to_dict(model: Model) -> dict[str, Any]:
 
 
 def model_from_dict(data: dict[str, Any]) -> Model:
+    if not isinstance(data, dict):
+        raise IRError(f"expected a JSON object, found {shown(data)}")
     if data.get("format") != IR_FORMAT:
-        raise IRError(f"format={data.get('format')!r}, expected {IR_FORMAT!r}", path="format")
-    try:
-        defs = []
-        for i, d in enumerate(data["layer_defs"]):
-            with error_context(f"layer_defs.{i}"):
-                defs.append(layer_from_dict(d))
-        layers = []
-        for i, ref in enumerate(data["layers"]):
-            if not (isinstance(ref, int) and 0 <= ref < len(defs)):
-                raise IRError(f"refers to layer_defs[{ref!r}], but there are {len(defs)}",
-                              path=f"layers.{i}")
-            layers.append(defs[ref])
-        with error_context("final_norm"):
-            final_norm = op_from_dict(data["final_norm"])
-        if not isinstance(final_norm, RMSNorm):
-            raise IRError(f"kind={final_norm.kind!r}, expected 'rmsnorm'", path="final_norm")
-        return Model(data["name"], data["vocab_size"], data["hidden_size"], tuple(layers),
-                     final_norm, data["tie_embeddings"], DType.parse(data["dtype"]),
-                     data["max_seq_len"])
-    except KeyError as err:
-        raise IRError(f"missing field {err}", path="model") from None
+        raise IRError(f"format={shown(data.get('format'))}, expected {IR_FORMAT!r}",
+                      path="format")
+    data = check(_ModelDoc, data)
+    defs = []
+    for i, d in enumerate(data["layer_defs"]):
+        with error_context(f"layer_defs.{i}"):
+            defs.append(layer_from_dict(d))
+    layers = []
+    for i, ref in enumerate(data["layers"]):
+        if ref >= len(defs):
+            raise IRError(f"refers to layer_defs[{ref}], but there are {len(defs)}",
+                          path=f"layers.{i}", hint=f"use an index below {len(defs)}")
+        layers.append(defs[ref])
+    with error_context("final_norm"):
+        final_norm = op_from_dict(data["final_norm"])
+    if not isinstance(final_norm, RMSNorm):
+        raise IRError(f"kind={final_norm.kind!r}, expected 'rmsnorm'", path="final_norm")
+    dtype = DType.parse(data["dtype"], path="dtype")
+    sizes.check_fits(sizes.of_layers(data["name"], data["vocab_size"], data["hidden_size"],
+                                     layers, data["tie_embeddings"], dtype,
+                                     data["max_seq_len"]), path="model")
+    return Model(data["name"], data["vocab_size"], data["hidden_size"], tuple(layers),
+                 final_norm, data["tie_embeddings"], dtype, data["max_seq_len"])
 
 
 def model_to_json(model: Model) -> str:
@@ -96,10 +157,4 @@ def model_to_json(model: Model) -> str:
 
 
 def model_from_json(text: str) -> Model:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise IRError(f"not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise IRError(f"expected a JSON object, found {type(data).__name__}")
-    return model_from_dict(data)
+    return model_from_dict(parse_json(text))

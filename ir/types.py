@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from megakernel.errors import IRError
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from megakernel.errors import IRError, shown
+from megakernel.ir import limits
+from megakernel.ir.schema import Identifier, Int, check, node
 
 
 class DType(enum.Enum):
@@ -41,43 +40,30 @@ class DType(enum.Enum):
             return value
         aliases = {"float32": cls.F32, "f32": cls.F32, "fp32": cls.F32,
                    "bfloat16": cls.BF16, "bf16": cls.BF16}
-        try:
-            return aliases[str(value).lower()]
-        except KeyError:
-            raise IRError(f"unsupported dtype {value!r}; expected one of "
-                          f"{sorted(aliases)}", path=path) from None
+        found = aliases.get(value.lower()) if isinstance(value, str) else None
+        if found is None:
+            raise IRError(f"unsupported dtype {shown(value)}; expected one of "
+                          f"{sorted(aliases)}", path=path, hint="write one of them, quoted")
+        return found
 
 
 def check_identifier(name: str, *, path: str) -> str:
-    """Names reach generated code, so they must be plain identifiers."""
-    if not isinstance(name, str) or not _IDENT.match(name):
-        raise IRError(f"name {name!r} is not a valid identifier "
-                      "(letters, digits and _ only, not starting with a digit)", path=path)
-    return name
+    """Names reach generated code, so they must be plain identifiers (not
+    keywords, at most ``limits.MAX_NAME_CHARS`` characters)."""
+    return check(Identifier, name, path=path)
 
 
-def check_positive(value, field: str, *, allow_zero: bool = False) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and (
-        value >= 0 if allow_zero else value > 0)
-    if not ok:
-        expected = "a non-negative integer" if allow_zero else "a positive integer"
-        raise IRError(f"{field}={value!r} must be {expected}", path="")
+Dim = Int(1, limits.MAX_WIDTH)
 
 
-@dataclass(frozen=True)
+@node
 class TensorSpec:
     """A named tensor of the layer graph: per-token ``shape`` (the token axis,
     B*T at run time, is implicit and leading) and a dtype."""
 
-    name: str
-    shape: tuple[int, ...]
+    name: Identifier
+    shape: tuple[Dim, ...]
     dtype: DType = DType.F32
-
-    def __post_init__(self):
-        check_identifier(self.name, path="tensor")
-        object.__setattr__(self, "shape", tuple(self.shape))
-        for d in self.shape:
-            check_positive(d, f"{self.name}.shape")
 
 
 @dataclass(frozen=True)

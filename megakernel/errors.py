@@ -9,16 +9,37 @@ Every error carries a dotted ``path`` to the thing that is wrong
 from __future__ import annotations
 
 import contextlib
+import reprlib
 from collections.abc import Iterator
+
+# Bounds on what an error echoes: a model file may hold a 20 MB string or a list
+# nested 10,000 deep, and an error must stay one readable paragraph.
+MAX_MESSAGE_CHARS = 2000
+MAX_PATH_CHARS = 200
+_REPR = reprlib.Repr(maxlevel=2, maxtuple=4, maxlist=4, maxarray=4, maxdict=4, maxset=4,
+                     maxfrozenset=4, maxdeque=4, maxstring=60, maxlong=40, maxother=60)
+
+
+def shown(value) -> str:
+    """``repr(value)`` cut to a bounded length (nesting, items and characters)."""
+    try:
+        return _REPR.repr(value)
+    except (ValueError, RecursionError):
+        # int -> str refuses more than 4300 digits; say what it is instead.
+        return f"<{type(value).__name__}>"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text):,} chars)"
 
 
 class MegakernelError(Exception):
     """Base class of every error this project raises on purpose."""
 
     def __init__(self, message: str, *, path: str = "", hint: str = ""):
-        self.message = message
-        self.path = path
-        self.hint = hint
+        self.message = _cut(str(message), MAX_MESSAGE_CHARS)
+        self.path = _cut(str(path), MAX_PATH_CHARS)
+        self.hint = _cut(str(hint), MAX_MESSAGE_CHARS)
         super().__init__(self._render())
 
     def _render(self) -> str:

@@ -1,8 +1,10 @@
 """Model cards on disk: ``{"format": "megakernel.card/1", ...ModelConfig fields}``.
 
 ``moe`` and ``rope_scaling`` are nested objects (or null). Reading a card
-checks its format tag and its field names (``ModelConfig.from_dict``); the
-numbers themselves are checked when the card is built into a graph.
+checks the file as JSON (``ir/jsonfile.py``: size, UTF-8, duplicate keys,
+depth), its format tag, and every field's name, type and bound
+(``ModelConfig``); ranges of the values copied into ops are checked when the
+card is built into a graph (docs/validation.md).
 ``card_from_dict(card_to_dict(c)) == c`` for every valid card.
 """
 
@@ -12,8 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from megakernel.errors import IRError, error_context
+from megakernel.errors import IRError, error_context, shown
 from megakernel.ir.config import ModelConfig
+from megakernel.ir.jsonfile import parse_json, read_json
 from megakernel.ir.serialize import CARD_FORMAT
 
 
@@ -27,7 +30,7 @@ def card_from_dict(data: dict[str, Any], *, source: str = "card") -> ModelConfig
         if not isinstance(data, dict):
             raise IRError(f"expected a JSON object, found {type(data).__name__}")
         if data.get("format") != CARD_FORMAT:
-            raise IRError(f"format={data.get('format')!r}, expected {CARD_FORMAT!r}",
+            raise IRError(f"format={shown(data.get('format'))}, expected {CARD_FORMAT!r}",
                           path="format")
         body = {k: v for k, v in data.items() if k != "format"}
         return ModelConfig.from_dict(body)
@@ -38,13 +41,9 @@ def card_to_json(config: ModelConfig) -> str:
 
 
 def card_from_json(text: str, *, source: str = "card") -> ModelConfig:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise IRError(f"not valid JSON: {err}", path=source) from None
-    return card_from_dict(data, source=source)
+    return card_from_dict(parse_json(text, source=source), source=source)
 
 
 def read_card(path: str | Path) -> ModelConfig:
     path = Path(path)
-    return card_from_json(path.read_text(), source=path.name)
+    return card_from_dict(read_json(path), source=path.name)

@@ -10,22 +10,25 @@ may be stored one tensor per expert or fused (transformers 5.x:
 [E, H, I]; the [in, out] orientation is recognised by shape too, and when both
 orientations have the same shape the 5.x one is assumed). Every weight must be
 found with its shape, and every tensor of the files must be used.
+
+Files are untrusted data (``models/tensor_files.py``): headers, offsets and
+shard paths are checked before any tensor is read, integer or 8-bit tensors
+are refused, NaN or infinite values are errors naming the tensor, and float16,
+bfloat16, float32 and float64 tensors are converted to the model's dtype.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import ml_dtypes  # noqa: F401 - registers "bfloat16" with numpy, which safetensors needs
 import numpy as np
-from safetensors import safe_open
 
-from megakernel.errors import ConfigError
+from megakernel.errors import ConfigError, shown
 from megakernel.ir.graph import Model
+from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType, ParamSpec
+from megakernel.models.tensor_files import TensorFiles as _Files
 
 
 @dataclass(frozen=True)
@@ -86,39 +89,6 @@ NAMES: dict[str, dict[str, tuple[Source, ...]]] = {
 }
 # Derived buffers some older checkpoints carry; recomputed from the config.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-
-
-class _Files:
-    """The tensors of a checkpoint folder, opened lazily, with use tracking."""
-
-    def __init__(self, folder: Path, stack: contextlib.ExitStack):
-        index = folder / "model.safetensors.index.json"
-        if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
-        elif (folder / "model.safetensors").exists():
-            weight_map = None
-        else:
-            raise ConfigError("no model.safetensors or model.safetensors.index.json",
-                              path=str(folder))
-        self.handles = {}
-        files = set(weight_map.values()) if weight_map else {"model.safetensors"}
-        for f in sorted(files):
-            if not (folder / f).exists():
-                raise ConfigError(f"shard {f} listed in the index is missing", path=str(folder))
-            self.handles[f] = stack.enter_context(safe_open(folder / f, framework="np"))
-        self.where = weight_map or {k: "model.safetensors"
-                                    for k in self.handles["model.safetensors"].keys()}
-        self.used: set[str] = set()
-
-    def has(self, name: str) -> bool:
-        return name in self.where
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self.handles[self.where[name]].get_slice(name).get_shape())
-
-    def get(self, name: str) -> np.ndarray:
-        self.used.add(name)
-        return self.handles[self.where[name]].get_tensor(name)
 
 
 def _fused_gate_up(files: _Files, name: str, spec: ParamSpec, half: int) -> np.ndarray:
@@ -189,27 +159,23 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
     from megakernel.models.hf import FAMILIES, from_hf
 
     folder = Path(path)
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ConfigError(f"cannot read config.json: {err}", path=str(folder)) from None
+    config = read_json(folder / "config.json", error=ConfigError)
     model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type not in FAMILIES:
-        raise ConfigError(f"model_type={model_type!r} is not supported; supported: "
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        raise ConfigError(f"model_type={shown(model_type)} is not supported; supported: "
                           f"{sorted(FAMILIES)}", path=str(folder / "config.json"))
     if model is None:
         from megakernel.ir.config import build
 
         model = build(from_hf(folder, dtype=None if dtype is None else DType.parse(dtype).value))
     target = DType.parse(dtype) if dtype is not None else model.dtype
-    with contextlib.ExitStack() as stack:
-        files = _Files(folder, stack)
-        weights = {}
-        for weight, spec in model.params().items():
-            array = _load_one(files, model_type, weight, spec)
-            keep = spec.dtype if spec.dtype != model.dtype else target
-            weights[weight] = np.asarray(array, dtype=keep.np)
-        _check_leftovers(files, model, weights)
+    files = _Files(folder)
+    weights = {}
+    for weight, spec in model.params().items():
+        array = _load_one(files, model_type, weight, spec)
+        keep = spec.dtype if spec.dtype != model.dtype else target
+        weights[weight] = np.asarray(array, dtype=keep.np)
+    _check_leftovers(files, model, weights)
     return weights
 
 
@@ -225,14 +191,14 @@ def _load_one(files: _Files, model_type: str, weight: str, spec: ParamSpec) -> n
             try:
                 return _RULES[src.rule](files, name, spec)
             except ConfigError as err:
-                raise ConfigError(err.message, path=weight) from None
+                raise ConfigError(err.message, path=weight, hint=err.hint) from None
     raise ConfigError(f"no tensor for this weight of shape {list(spec.shape)}; looked for "
                       f"{tried or 'nothing (no HF name known for it)'}", path=weight,
                       hint="is the checkpoint for this model and model_type?")
 
 
 def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray]) -> None:
-    left = sorted(n for n in set(files.where) - files.used
+    left = sorted(n for n in set(files.tensors) - files.used
                   if not n.endswith(_IGNORED_SUFFIXES))
     if model.tie_embeddings and "lm_head.weight" in left:
         # Some tied checkpoints store the head anyway; it must be the embedding.

@@ -10,16 +10,17 @@ unsupported key and value of the file. Families differ only by the rows of
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from megakernel.errors import ConfigError, IRError
+from megakernel.errors import ConfigError, IRError, shown
+from megakernel.ir import limits
 from megakernel.ir.config import MoEConfig, ModelConfig, build
+from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType
-from megakernel.models.hf_fields import FieldReader
+from megakernel.models.hf_fields import REQUIRED, FieldReader
 
 
 @dataclass(frozen=True)
@@ -72,15 +73,15 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
     model_type = r.get("model_type", str)
     family = FAMILIES.get(model_type)
     if family is None:
-        raise ConfigError(f"model_type={model_type!r} is not supported; supported: "
+        raise ConfigError(f"model_type={shown(model_type)} is not supported; supported: "
                           f"{sorted(FAMILIES)}", path=source)
     fields = _dense_fields(r, family)
     fields.update(_rope(r, family))
     fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
     fields.update(_moe(r, family, fields))
     fields["dtype"] = _dtype(r, dtype)
-    limit = r.get("max_position_embeddings", int, max_seq_len)
-    fields["max_seq_len"] = min(max_seq_len, limit or max_seq_len)
+    limit = r.get("max_position_embeddings", int, max_seq_len, low=1)
+    fields["max_seq_len"] = min(max_seq_len, max_seq_len if limit is None else limit)
     fields["name"] = name or _default_name(data, folder, model_type)
     r.unknown_keys()
     r.raise_problems()
@@ -99,12 +100,9 @@ def _read(config) -> tuple[dict, str, str | None]:
     path = Path(config)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError("file not found", path=str(path)) from None
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"not valid JSON: {err}", path=str(path)) from None
+    if not path.is_file():
+        raise ConfigError("file not found", path=str(path))
+    data = read_json(path, error=ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"expected a JSON object, found {type(data).__name__}",
                           path=str(path))
@@ -112,16 +110,18 @@ def _read(config) -> tuple[dict, str, str | None]:
 
 
 def _dense_fields(r: FieldReader, f: Family) -> dict[str, Any]:
-    hidden = r.get("hidden_size", int)
-    heads = r.get("num_attention_heads", int)
+    size = lambda key, high, default=REQUIRED: r.get(key, int, default, low=1, high=high)  # noqa: E731
+    hidden = size("hidden_size", limits.MAX_WIDTH)
+    heads = size("num_attention_heads", limits.MAX_HEADS)
     default_hd = f.head_dim or (hidden // heads if hidden and heads else None)
     out = dict(
-        vocab_size=r.get("vocab_size", int), hidden_size=hidden,
-        num_layers=r.get("num_hidden_layers", int), num_q_heads=heads,
-        num_kv_heads=r.get("num_key_value_heads", int, heads),
-        head_dim=r.get("head_dim", int, default_hd),
-        intermediate_size=r.get("intermediate_size", int),
-        norm_eps=r.get("rms_norm_eps", float, f.norm_eps),
+        vocab_size=size("vocab_size", limits.MAX_VOCAB), hidden_size=hidden,
+        num_layers=size("num_hidden_layers", limits.MAX_LAYERS), num_q_heads=heads,
+        num_kv_heads=size("num_key_value_heads", limits.MAX_HEADS, heads),
+        head_dim=size("head_dim", limits.MAX_HEAD_DIM, default_hd),
+        intermediate_size=size("intermediate_size", limits.MAX_WIDTH),
+        norm_eps=r.get("rms_norm_eps", float, f.norm_eps, low=limits.NORM_EPS[0],
+                       high=limits.NORM_EPS[1]),
         tie_embeddings=r.get("tie_word_embeddings", bool, False),
         qk_norm=f.qk_norm,
     )
@@ -140,7 +140,8 @@ def _dense_fields(r: FieldReader, f: Family) -> dict[str, Any]:
 
 def _rope(r: FieldReader, f: Family) -> dict[str, Any]:
     """rope_theta and rope_scaling from the 4.x keys or the 5.x rope_parameters."""
-    theta = r.get("rope_theta", float, None)
+    theta_range = dict(low=limits.ROPE_THETA[0], high=limits.ROPE_THETA[1], open_low=True)
+    theta = r.get("rope_theta", float, None, **theta_range)
     params = r.get("rope_parameters", dict, None)
     scaling = r.get("rope_scaling", dict, None)
     if params is not None and scaling is not None:
@@ -149,28 +150,32 @@ def _rope(r: FieldReader, f: Family) -> dict[str, Any]:
     p = params if params is not None else scaling or {}
     pre = f"{key}."
     kind = p.get("rope_type", p.get("type", "default"))
-    kind = kind if isinstance(kind, str) else repr(kind)
-    inner_theta = r.get("rope_theta", float, None, data=p, prefix=pre)
+    kind = kind if isinstance(kind, str) else shown(kind)
+    inner_theta = r.get("rope_theta", float, None, data=p, prefix=pre, **theta_range)
     if theta is not None and inner_theta is not None and theta != inner_theta:
         r.problem(key, f"rope_theta={inner_theta} differs from the top-level {theta}")
-    out: dict[str, Any] = {"rope_theta": inner_theta or theta or f.rope_theta}
+    # `is None`, not `or`: a 0 is a value (reported above), never a request for the default.
+    given = [t for t in (inner_theta, theta) if t is not None]
+    out: dict[str, Any] = {"rope_theta": given[0] if given else f.rope_theta}
     if kind not in _ROPE_KEYS:
-        r.problem(pre + "rope_type", f"{kind!r} is not supported; supported: "
+        r.problem(pre + "rope_type", f"{shown(kind)} is not supported; supported: "
                   f"{sorted(_ROPE_KEYS)} (yarn, dynamic, longrope etc. change the "
                   "frequencies in ways the IR's Rope cannot express)")
         return out
     allowed = {"rope_type", "type", "rope_theta", *_ROPE_KEYS[kind]}
     for extra in sorted(set(p) - allowed):
-        r.problem(pre + extra, f"={p[extra]!r} is not supported for rope_type {kind!r}")
+        r.problem(pre + extra, f"={shown(p[extra])} is not supported for rope_type {kind!r}")
     if kind == "default":
         return out
-    get = lambda k, d: r.get(k, float, d, data=p, prefix=pre)  # noqa: E731
-    scale = {"rope_type": kind, "factor": get("factor", None)}
+    get = lambda k, d, bounds: r.get(k, float, d, data=p, prefix=pre, low=bounds[0],  # noqa: E731
+                                     high=bounds[1], open_low=True)
+    scale = {"rope_type": kind, "factor": get("factor", None, limits.ROPE_FACTOR)}
     if kind == "llama3":
-        omp = r.get("original_max_position_embeddings", int, None, data=p, prefix=pre)
-        scale.update(low_freq_factor=get("low_freq_factor", 1.0),
-                     high_freq_factor=get("high_freq_factor", 4.0),
-                     original_max_position=omp or 8192)
+        omp = r.get("original_max_position_embeddings", int, 8192, data=p, prefix=pre, low=1,
+                    high=limits.MAX_SEQ_LEN)
+        scale.update(low_freq_factor=get("low_freq_factor", 1.0, limits.ROPE_FREQ_FACTOR),
+                     high_freq_factor=get("high_freq_factor", 4.0, limits.ROPE_FREQ_FACTOR),
+                     original_max_position=omp)
     if scale["factor"] is None:
         r.problem(pre + "factor", "is required but missing")
         return out
@@ -180,10 +185,11 @@ def _rope(r: FieldReader, f: Family) -> dict[str, Any]:
 
 def _window(r: FieldReader, f: Family, num_layers: int) -> int | None:
     """One window for every layer, or none; a mix is a problem."""
-    window = r.get("sliding_window", int, None) if f.window != "none" else None
+    window = (r.get("sliding_window", int, None, low=1, high=limits.MAX_SEQ_LEN)
+              if f.window != "none" else None)
     if f.window == "qwen":
         use = r.get("use_sliding_window", bool, False)
-        first = r.get("max_window_layers", int, 28)  # HF's default
+        first = r.get("max_window_layers", int, 28, low=0)  # HF's default
         windows = [window if use and i >= first else None for i in range(num_layers)]
     else:
         windows = [window] * num_layers
@@ -191,9 +197,9 @@ def _window(r: FieldReader, f: Family, num_layers: int) -> int | None:
     if types is not None:
         # 5.x spells the per-layer choice out; it wins over the derived one.
         kinds = {"full_attention": None, "sliding_attention": window}
-        bad = [t for t in types if t not in kinds]
+        bad = [t for t in types if not isinstance(t, str) or t not in kinds]
         if bad or len(types) != num_layers:
-            r.problem("layer_types", f"{types!r} should list {num_layers} of {sorted(kinds)}")
+            r.problem("layer_types", f"{shown(types)} should list {num_layers} of {sorted(kinds)}")
             return None
         if "sliding_attention" in types and window is None:
             r.problem("layer_types", "names sliding_attention but sliding_window is null")
@@ -210,37 +216,41 @@ def _moe(r: FieldReader, f: Family, fields: dict) -> dict[str, Any]:
     if f.moe == "none":
         return {}
     n = fields.get("num_layers") or 0
-    top_k = r.get("num_experts_per_tok", int, 8 if f.moe == "qwen" else 2)
+    # A value that is None here was reported as a problem (raised before the
+    # card is made); 1 only keeps the arithmetic going until then.
+    top_k = r.get("num_experts_per_tok", int, 8 if f.moe == "qwen" else 2, low=1,
+                  high=limits.MAX_EXPERTS) or 1
     if f.moe == "mixtral":
-        experts = r.get("num_local_experts", int, 8)
-        return {"moe": MoEConfig(experts or 1, top_k or 1, fields["intermediate_size"] or 1,
+        experts = r.get("num_local_experts", int, 8, low=1, high=limits.MAX_EXPERTS) or 1
+        return {"moe": MoEConfig(experts, top_k, fields["intermediate_size"] or 1,
                                  "softmax", renormalize=True)}
     experts = _num_experts(r)
-    width = r.get("moe_intermediate_size", int, 768)
+    width = r.get("moe_intermediate_size", int, 768, low=1, high=limits.MAX_WIDTH) or 1
     step = r.get("decoder_sparse_step", int, 1)
     dense_only = r.get("mlp_only_layers", list, [])
     renorm = r.get("norm_topk_prob", bool, False)
     if step < 1 or not all(isinstance(i, int) for i in dense_only):
-        r.problem("decoder_sparse_step", f"{step} and mlp_only_layers={dense_only} should "
+        r.problem("decoder_sparse_step", f"{step} and mlp_only_layers={shown(dense_only)} should "
                   "be a positive integer and a list of layer indices")
         return {}
     is_moe = [bool(experts) and i not in dense_only and (i + 1) % step == 0 for i in range(n)]
     first_k = is_moe.index(True) if True in is_moe else n
     if not all(is_moe[first_k:]):
-        r.problem("decoder_sparse_step", f"{step} with mlp_only_layers={dense_only} makes "
+        r.problem("decoder_sparse_step", f"{step} with mlp_only_layers={shown(dense_only)} makes "
                   f"layers {[i for i in range(n) if is_moe[i]]} MoE; the IR supports "
                   "all-MoE or the first k layers dense")
         return {}
     if first_k == n:
         return {}
-    return {"moe": MoEConfig(experts, top_k or 1, width or 1, "softmax", renormalize=renorm),
+    return {"moe": MoEConfig(experts, top_k, width, "softmax", renormalize=renorm),
             "first_k_dense": first_k}
 
 
 def _num_experts(r: FieldReader) -> int:
     # 4.x names it num_experts; 5.x num_local_experts.
-    a = r.get("num_experts", int, None)
-    b = r.get("num_local_experts", int, None)
+    # 0 experts is a dense model (the key is then ignored), so 0 is in range.
+    a = r.get("num_experts", int, None, low=0, high=limits.MAX_EXPERTS)
+    b = r.get("num_local_experts", int, None, low=0, high=limits.MAX_EXPERTS)
     if a is not None and b is not None and a != b:
         r.problem("num_experts", f"{a} differs from num_local_experts={b}")
     return a if a is not None else (b if b is not None else 128)
@@ -253,13 +263,17 @@ def _dtype(r: FieldReader, override: str | None) -> str:
     key = "dtype" if r.has("dtype") else "torch_dtype"
     value = r.get(key, str, "bfloat16")
     if value not in DTYPES:
-        r.problem(key, f"{value!r} is not supported; supported: {sorted(DTYPES)} "
+        r.problem(key, f"{shown(value)} is not supported; supported: {sorted(DTYPES)} "
                   "(or pass dtype= to convert the weights)")
         return "bfloat16"
     return DTYPES[value]
 
 
 def _default_name(data: dict, folder: str | None, model_type: str) -> str:
-    raw = str(data.get("_name_or_path") or folder or model_type).rstrip("/").split("/")[-1]
+    given = data.get("_name_or_path")
+    raw = given if isinstance(given, str) and given else folder or model_type
+    raw = raw.rstrip("/").split("/")[-1][-limits.MAX_NAME_CHARS:]
     clean = re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-.") or model_type
-    return clean if clean[0].isalpha() or clean[0] == "_" else f"m-{clean}"
+    name = clean if clean[0].isalpha() or clean[0] == "_" else f"m-{clean}"
+    # A derived name is only a label: cut it to the limit rather than refuse the file.
+    return name[:limits.MAX_NAME_CHARS]

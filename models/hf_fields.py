@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from megakernel.errors import ConfigError
+from megakernel.errors import ConfigError, IRError, shown
+from megakernel.ir import limits
+from megakernel.ir.schema import Float, Int, check
 
 REQUIRED = object()
 
@@ -28,6 +30,10 @@ HARMLESS_KEYS = frozenset({
 
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false",
                str: "a string", dict: "an object", list: "a list"}
+
+
+# No HF integer is larger than the IR's largest size (the vocabulary).
+_MAX_INT = max(limits.MAX_VOCAB, limits.MAX_WIDTH, limits.MAX_SEQ_LEN)
 
 
 def _matches(value: Any, kind: type) -> bool:
@@ -54,23 +60,35 @@ class FieldReader:
         return self.data.get(key) is not None
 
     def get(self, key: str, kind: type, default: Any = REQUIRED, *,
-            data: dict | None = None, prefix: str = "") -> Any:
-        """``data[key]`` checked to be of ``kind`` (null counts as absent).
-        A missing required key or a wrong type is recorded and gives ``default``
-        (or None), so reading goes on and later problems are found too."""
+            data: dict | None = None, prefix: str = "", low: float | None = None,
+            high: float | None = None, open_low: bool = False) -> Any:
+        """``data[key]`` checked to be of ``kind`` (null counts as absent) and,
+        for numbers, finite and in [low, high] (``(low, high]`` with
+        ``open_low``; an int's ``high`` defaults to the IR's size limit).
+        A missing required key, a wrong type or a value out of range is
+        recorded and gives ``default`` (or None), so reading goes on and later
+        problems are found too; a 0 is a value, never "absent"."""
         src = self.data if data is None else data
         if data is None:
             self.used.add(key)
         name = prefix + key
         value = src.get(key)
+        fallback = None if default is REQUIRED else default
         if value is None:
             if default is REQUIRED:
                 self.problem(name, "is required but missing")
-                return None
-            return default
+            return fallback
         if not _matches(value, kind):
-            self.problem(name, f"{value!r} should be {_TYPE_WORDS[kind]}")
-            return None if default is REQUIRED else default
+            self.problem(name, f"{shown(value)} should be {_TYPE_WORDS[kind]}")
+            return fallback
+        bounded = {int: lambda: Int(-2**63 if low is None else int(low), _MAX_INT if high is None else int(high)),
+                   float: lambda: Float(low, high, open_low=open_low)}.get(kind)
+        if bounded is not None:
+            try:
+                value = check(bounded(), value)
+            except IRError as err:
+                self.problem(name, err.message)
+                return fallback
         return float(value) if kind is float else value
 
     def mark_used(self, *keys: str) -> None:
@@ -82,7 +100,7 @@ class FieldReader:
         for key in sorted(set(self.data) - self.used - HARMLESS_KEYS):
             if self.data[key] is None:
                 continue
-            self.problem(key, f"{self.data[key]!r} (unknown key, not supported)")
+            self.problem(key, f"{shown(self.data[key])} (unknown key, not supported)")
 
     def raise_problems(self) -> None:
         if not self.problems:

@@ -10,12 +10,13 @@ lists what is accepted.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
-from megakernel.errors import IRError
+from megakernel.errors import IRError, error_context, shown
+from megakernel.ir import sizes
 from megakernel.ir.config import build
 from megakernel.ir.graph import Model
+from megakernel.ir.jsonfile import read_json
 from megakernel.ir.serialize import CARD_FORMAT, IR_FORMAT, model_from_dict
 from megakernel.ir.types import DType
 from megakernel.models import zoo
@@ -33,36 +34,54 @@ def load_model(source: str | Path, *, dtype: str | None = None) -> Model:
     given, replaces the storage dtype of weights and KV caches."""
     text = str(source)
     path = Path(source)
-    if isinstance(source, str) and text in zoo.names():
+    kind = "zoo" if isinstance(source, str) and text in zoo.names() else _kind(path)
+    if kind == "zoo":
         model = zoo.model(text)
-    elif path.is_dir() and (path / "config.json").is_file():
+    elif kind == "folder":
         model = build(from_hf(path, dtype=dtype))
-    elif path.is_file():
+    elif kind == "file":
         model = _from_json_file(path, dtype)
     else:
-        raise IRError(f"{text!r} is neither a zoo name nor an existing file or folder "
+        raise IRError(f"{shown(text)} is neither a zoo name nor an existing file or folder "
                       "with a config.json", path="load", hint=f"give {_accepted()}")
     if dtype is not None:
         model = dataclasses.replace(model, dtype=DType.parse(dtype))
+        sizes.check_fits(sizes.of_model(model), path="model")   # f32 doubles the bytes
     return model
+
+
+def _kind(path: Path) -> str:
+    """"folder" (with a config.json), "file", or "" for anything else."""
+    try:
+        if path.is_dir() and (path / "config.json").is_file():
+            return "folder"
+        return "file" if path.is_file() else ""
+    except (OSError, ValueError) as err:
+        # e.g. a name too long for the file system, or a NUL byte in it
+        raise IRError(f"cannot look at {shown(str(path))}: {shown(str(err))}", path="load",
+                      hint=f"give {_accepted()}") from None
 
 
 def _from_json_file(path: Path, dtype: str | None) -> Model:
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise IRError(f"not a JSON file: {err}", path=str(path),
-                      hint=f"give {_accepted()}") from None
+        data = read_json(path)
+    except IRError as err:
+        raise IRError(err.message, path=err.path,
+                      hint=f"{err.hint}; give {_accepted()}" if err.hint else
+                      f"give {_accepted()}") from None
     if not isinstance(data, dict):
         raise IRError(f"expected a JSON object, found {type(data).__name__}",
                       path=str(path), hint=f"give {_accepted()}")
     if data.get("format") == CARD_FORMAT:
-        return build(card_from_dict(data, source=path.name))
+        card = card_from_dict(data, source=path.name)
+        with error_context(path.name):
+            return build(card)
     if data.get("format") == IR_FORMAT:
-        return model_from_dict(data)
+        with error_context(path.name):
+            return model_from_dict(data)
     if "model_type" in data:
         # dtype goes in here too: the file's own dtype may be one we only convert from.
         return build(from_hf(path, dtype=dtype))
-    raise IRError(f"format={data.get('format')!r} and no model_type: not a model "
+    raise IRError(f"format={shown(data.get('format'))} and no model_type: not a model "
                   "description this project reads", path=str(path),
                   hint=f"give {_accepted()}")

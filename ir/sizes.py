@@ -1,0 +1,120 @@
+"""Size arithmetic from the numbers alone: weight bytes, KV-cache bytes, HBM per core.
+
+Run before any graph, array or plan is built, so that a model that cannot fit
+any supported topology (``compiler.target.MAX_CORES`` TensorCores of the chip
+with the most HBM per core, capacities from ``pltpu`` as ``compiler/target.py``
+reads them) is refused in milliseconds with the figures, instead of after
+minutes of building and tiling. ``of_config`` works from a card,
+``of_layers`` / ``of_model`` from built layers' param specs; both give the same
+``Sizes`` (tests/ir/test_sizes.py). A lower bound is all this claims: the
+planner adds padding, outputs and replicated tensors on top.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from megakernel.errors import IRError, MegakernelError
+from megakernel.ir.types import DType
+
+if TYPE_CHECKING:
+    from megakernel.ir.config import ModelConfig
+    from megakernel.ir.graph import Layer, Model
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """``param_bytes`` of every weight; ``cache_bytes`` of the KV caches of one
+    sequence of ``max_seq_len`` positions."""
+
+    name: str
+    param_bytes: int
+    cache_bytes: int
+    max_seq_len: int
+
+    def total(self, batch: int = 1) -> int:
+        return self.param_bytes + batch * self.cache_bytes
+
+
+def of_config(c: "ModelConfig") -> Sizes:
+    """The sizes of the model ``build(c)`` would make, by arithmetic only."""
+    item = DType.parse(c.dtype).itemsize
+    h, d = c.hidden_size, c.head_dim
+    q, kv = c.num_q_heads * d, c.num_kv_heads * d
+    attn = 2 * h + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
+    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + 2 * d * c.qk_norm
+    dense = (attn + 3 * h * c.intermediate_size) * item
+    moe, moe_layers = 0, 0
+    if c.moe is not None:
+        m = c.moe
+        routed = m.num_experts * (h + 3 * h * m.expert_intermediate)
+        shared = 3 * h * m.num_shared_experts * m.shared_intermediate
+        # The router's correction bias is kept in float32 (MoE.params).
+        moe = (attn + routed + shared) * item + 4 * m.num_experts * m.correction_bias
+        moe_layers = c.num_layers - c.first_k_dense
+    layers = (c.num_layers - moe_layers) * dense + moe_layers * moe
+    embed = c.vocab_size * h * (1 if c.tie_embeddings else 2) + h
+    cache = c.num_layers * 2 * c.max_seq_len * kv * item
+    return Sizes(c.name, layers + embed * item, cache, c.max_seq_len)
+
+
+def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["Layer"],
+              tie_embeddings: bool, dtype: DType, max_seq_len: int) -> Sizes:
+    """The sizes of a model of these parts, from each distinct layer's param specs."""
+    per_layer: dict = {}
+    for layer in layers:
+        if layer not in per_layer:
+            params = sum(s.nbytes for s in layer.params(dtype).values())
+            cache = sum(2 * max_seq_len * n.op.num_kv_heads * n.op.head_dim * dtype.itemsize
+                        for n in layer.attention_nodes())
+            per_layer[layer] = (params, cache)
+    params = sum(per_layer[layer][0] for layer in layers)
+    cache = sum(per_layer[layer][1] for layer in layers)
+    embed = vocab_size * hidden_size * (1 if tie_embeddings else 2) + hidden_size
+    return Sizes(name, params + embed * dtype.itemsize, cache, max_seq_len)
+
+
+def of_model(model: "Model") -> Sizes:
+    return of_layers(model.name, model.vocab_size, model.hidden_size, model.layers,
+                     model.tie_embeddings, model.dtype, model.max_seq_len)
+
+
+@functools.lru_cache(maxsize=None)
+def largest_topology() -> tuple[str, int, int]:
+    """(chip, cores, HBM bytes per core) of the supported topology with the most HBM."""
+    from megakernel.compiler.target import CHIPS, MAX_CORES, make_target
+
+    chip = max(CHIPS, key=lambda c: make_target(c).hbm_bytes)
+    return chip, MAX_CORES, make_target(chip).hbm_bytes
+
+
+def check_fits(sizes: Sizes, *, cores: int | None = None, hbm_per_core: int | None = None,
+               chip: str | None = None, batch: int = 1, path: str = "sizes",
+               error: type[MegakernelError] = IRError) -> None:
+    """Refuse ``sizes`` when weights plus the KV caches of ``batch`` sequences,
+    split evenly, exceed ``cores`` x ``hbm_per_core`` (default: the largest
+    supported topology)."""
+    if cores is None or hbm_per_core is None:
+        chip, cores, hbm_per_core = largest_topology()
+    need = sizes.total(batch)
+    if need <= cores * hbm_per_core:
+        return
+    raise error(
+        f"{sizes.name} has {_gb(sizes.param_bytes)} of weights + {_gb(batch * sizes.cache_bytes)} "
+        f"of KV caches ({batch} sequence(s) x {sizes.max_seq_len:,} positions) = {_gb(need)}: "
+        f"at least {_gb(need / cores)} of HBM per core, capacity {_gb(hbm_per_core)} "
+        f"({chip or 'target'}, {cores} TensorCore(s), even split evenly)", path=path,
+        hint="use smaller sizes, fewer layers, or a shorter max_seq_len or batch" + (
+            f", or more TensorCores (at most {_max_cores()})" if cores < _max_cores() else ""))
+
+
+def _max_cores() -> int:
+    return largest_topology()[1]
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:,.1f} GB"
+

@@ -1,0 +1,177 @@
+"""The tensors of a safetensors checkpoint folder, read as untrusted data.
+
+Before a byte of tensor data is read, every file's header is checked here
+rather than by the safetensors library (whose errors name no tensor): the
+8-byte header length within the file and ``limits.MAX_SAFETENSORS_HEADER``; the
+header as bounded JSON (``ir/jsonfile.py``) of known keys; per tensor a known
+dtype, a shape of at most ``MAX_TENSOR_RANK`` non-negative integers, and
+``data_offsets`` inside the file's data whose length is exactly dtype size x
+shape. An index (``model.safetensors.index.json``) must hold a ``weight_map``
+whose shard paths resolve, through symlinks too, inside the checkpoint folder.
+Reading a tensor refuses integer, bool and 8-bit float data (a weight of the IR
+is a float; quantized tensors need scales it does not have) and values that
+are NaN or infinite. float16, bfloat16, float32 and float64 tensors are
+returned as stored; ``load_checkpoint`` converts them to the model's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import ml_dtypes
+import numpy as np
+from pydantic import ConfigDict, Field
+
+from megakernel.errors import ConfigError, shown
+from megakernel.ir import limits
+from megakernel.ir.jsonfile import parse_json, read_json
+from megakernel.ir.schema import Int, check
+
+# dtype -> (bytes per element, numpy type or None when the IR cannot use it).
+DTYPES: dict[str, tuple[int, Any]] = {
+    "F64": (8, np.dtype("<f8")), "F32": (4, np.dtype("<f4")), "F16": (2, np.dtype("<f2")),
+    "BF16": (2, np.dtype(ml_dtypes.bfloat16)),
+    "F8_E4M3": (1, None), "F8_E5M2": (1, None), "BOOL": (1, None),
+    "I8": (1, None), "U8": (1, None), "I16": (2, None), "U16": (2, None),
+    "I32": (4, None), "U32": (4, None), "I64": (8, None), "U64": (8, None),
+}
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+
+
+class _Entry(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="forbid")
+    dtype: Annotated[str, Field(max_length=16)]
+    shape: Annotated[list[Int(0, 2**62)], Field(max_length=limits.MAX_TENSOR_RANK)]
+    data_offsets: Annotated[list[Int(0, 2**63)], Field(min_length=2, max_length=2)]
+
+
+class _Index(TypedDict, total=False):
+    __pydantic_config__ = ConfigDict(extra="forbid")
+    metadata: dict[str, Any]
+    weight_map: Annotated[dict[str, Annotated[str, Field(min_length=1, max_length=1024)]],
+                          Field(min_length=1)]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """Where one tensor's bytes lie: ``file``, from byte ``start``, ``nbytes`` long."""
+
+    name: str
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    nbytes: int
+
+
+def read_header(path: Path, label: str) -> dict[str, Tensor]:
+    """The checked header of safetensors file ``path`` (``label`` names it)."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ConfigError(f"{size} bytes: too short for a safetensors file", path=label)
+        n = int.from_bytes(head, "little")
+        if n > min(limits.MAX_SAFETENSORS_HEADER, size - 8):
+            raise ConfigError(f"header length {n:,} bytes exceeds the file ({size:,} bytes) "
+                              f"or the limit ({limits.MAX_SAFETENSORS_HEADER:,})", path=label,
+                              hint="the file is truncated or not a safetensors file")
+        raw = f.read(n)
+    data = parse_json(raw, source=label, error=ConfigError,
+                      max_bytes=limits.MAX_SAFETENSORS_HEADER)
+    if not isinstance(data, dict):
+        raise ConfigError(f"header is {shown(data)}, expected an object", path=label)
+    data.pop("__metadata__", None)
+    room = size - 8 - n
+    return {name: _tensor(path, label, name, entry, 8 + n, room) for name, entry in data.items()}
+
+
+def _tensor(path: Path, label: str, name: str, entry: Any, base: int, room: int) -> Tensor:
+    where = f"{label}: {shown(name)}"
+    entry = check(_Entry, entry, path=where, error=ConfigError)
+    if entry["dtype"] not in DTYPES:
+        raise ConfigError(f"dtype {shown(entry['dtype'])} is not a safetensors dtype; "
+                          f"known: {sorted(DTYPES)}", path=where)
+    begin, end = entry["data_offsets"]
+    want = math.prod(entry["shape"]) * DTYPES[entry["dtype"]][0]
+    if not begin <= end <= room or end - begin != want:
+        raise ConfigError(f"data_offsets [{begin}, {end}] must lie in the file's {room:,} data "
+                          f"bytes and span {want:,} bytes ({entry['dtype']} x "
+                          f"{entry['shape']})", path=where,
+                          hint="the file is truncated or its header is corrupt")
+    return Tensor(name, path, entry["dtype"], tuple(entry["shape"]), base + begin, want)
+
+
+def _inside(folder: Path, name: Any) -> Path:
+    """``folder / name``, refused unless it resolves (symlinks followed) inside ``folder``."""
+    root = folder.resolve()
+    if not isinstance(name, str) or Path(name).is_absolute():
+        raise ConfigError(f"shard path {shown(name)} must be relative to the checkpoint folder",
+                          path=f"{folder / INDEX}")
+    target = (folder / name).resolve()
+    if not target.is_relative_to(root):
+        raise ConfigError(f"shard path {shown(name)} resolves to {shown(str(target))}, outside "
+                          "the checkpoint folder", path=f"{folder / INDEX}",
+                          hint="shards must be files inside the folder")
+    if not target.is_file():
+        raise ConfigError(f"shard {shown(name)} listed in the index is missing", path=str(folder))
+    return target
+
+
+class TensorFiles:
+    """Every tensor of a checkpoint folder by name, headers checked up front."""
+
+    def __init__(self, folder: Path):
+        if (folder / INDEX).exists():
+            index = check(_Index, read_json(folder / INDEX, error=ConfigError),
+                          path=str(folder / INDEX), error=ConfigError)
+            if "weight_map" not in index:
+                raise ConfigError("has no weight_map", path=str(folder / INDEX),
+                                  hint="an index maps each tensor name to its shard file")
+            where = index["weight_map"]
+        elif (folder / SINGLE).exists():
+            where = None
+        else:
+            raise ConfigError(f"no {SINGLE} or {INDEX}", path=str(folder))
+        shards = sorted(set(where.values())) if where else [SINGLE]
+        if len(shards) > limits.MAX_SHARDS:
+            raise ConfigError(f"{len(shards)} shards; at most {limits.MAX_SHARDS}",
+                              path=str(folder / INDEX))
+        headers = {s: read_header(_inside(folder, s), s) for s in shards}
+        self.tensors: dict[str, Tensor] = {}
+        for name, shard in (where or {n: SINGLE for n in headers[SINGLE]}).items():
+            if name not in headers[shard]:
+                raise ConfigError(f"the index puts {shown(name)} in {shard}, whose header "
+                                  "has no such tensor", path=str(folder / INDEX))
+            self.tensors[name] = headers[shard][name]
+        self.used: set[str] = set()
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.tensors[name].shape
+
+    def get(self, name: str) -> np.ndarray:
+        """The tensor's values as stored (a float type), checked finite."""
+        self.used.add(name)
+        t = self.tensors[name]
+        np_dtype = DTYPES[t.dtype][1]
+        if np_dtype is None:
+            raise ConfigError(f"{name} is stored as {t.dtype}; the model expects a float "
+                              "weight (float16, bfloat16, float32 or float64)", path=name,
+                              hint="dequantize the checkpoint, or give the float one")
+        with t.file.open("rb") as f:
+            f.seek(t.start)
+            array = np.frombuffer(bytearray(f.read(t.nbytes)), dtype=np_dtype).reshape(t.shape)
+        bad = ~np.isfinite(array)
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ConfigError(f"{name} holds {int(bad.sum()):,} NaN or infinite values "
+                              f"(first at index {list(first)})", path=name,
+                              hint="the checkpoint is corrupt or was saved after a diverged step")
+        return array

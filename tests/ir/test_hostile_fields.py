@@ -1,0 +1,142 @@
+"""No value from a model file reaches a record unchecked: a string of code in any
+field of any op kind, card, tensor, node or model is refused, by name."""
+
+import enum
+import json
+from dataclasses import fields
+
+import pytest
+
+from megakernel.errors import IRError
+from megakernel.ir.config import ModelConfig, MoEConfig, build
+from megakernel.ir.graph import Layer, Model, OpNode
+from megakernel.ir.ops import OP_KINDS, RMSNorm, RopeScaling
+from megakernel.ir.serialize import model_from_json, model_to_json
+from megakernel.ir.types import TensorSpec
+from megakernel.models import zoo
+from megakernel.models.cards import card_from_json, card_to_dict
+
+HOSTILE = "__import__('os').system('touch /tmp/megakernel-pwned') == 0"
+
+# A valid instance of every op kind; a new kind must be added here.
+VALID_OPS = {
+    "rmsnorm": dict(dim=64),
+    "linear": dict(in_features=64, out_features=32),
+    "rope": dict(num_heads=2, head_dim=64, scaling={"rope_type": "linear", "factor": 2.0}),
+    "attention": dict(num_q_heads=2, num_kv_heads=1, head_dim=64, sliding_window=8),
+    "mlp": dict(hidden=64, intermediate=128),
+    "moe": dict(hidden=64, num_experts=4, top_k=2, expert_intermediate=64),
+    "add": dict(),
+}
+
+
+def test_every_op_kind_has_a_valid_example():
+    assert set(VALID_OPS) == set(OP_KINDS)
+    for kind, kwargs in VALID_OPS.items():
+        OP_KINDS[kind](**kwargs)
+
+
+@pytest.mark.parametrize("kind, field", [(k, f.name) for k, c in OP_KINDS.items()
+                                         for f in fields(c)])
+def test_a_string_of_code_in_any_op_field_is_refused(kind, field):
+    with pytest.raises(IRError) as info:
+        OP_KINDS[kind](**{**VALID_OPS[kind], field: HOSTILE})
+    assert field in str(info.value)
+
+
+@pytest.mark.parametrize("field", [f.name for f in fields(RopeScaling)])
+def test_a_string_of_code_in_rope_scaling_is_refused(field):
+    valid = dict(rope_type="llama3", factor=8.0)
+    with pytest.raises(IRError, match=field):
+        RopeScaling(**{**valid, field: HOSTILE})
+
+
+def _values(obj):
+    return [getattr(obj, f.name) for f in fields(obj)]
+
+
+def test_valid_records_hold_only_checked_python_values():
+    """Every field of every op of every zoo model is a bool, int, finite float,
+    enum, identifier string, None or a checked nested record."""
+    allowed = (bool, int, float, enum.Enum, type(None), RopeScaling)
+    for name in zoo.names():
+        model = zoo.model(name)
+        for layer in {layer for layer in model.layers}:
+            for n in layer.nodes:
+                assert all(isinstance(v, allowed) for v in _values(n.op)), (name, n.op)
+        assert isinstance(model.tie_embeddings, bool)
+        assert all(isinstance(v, (bool, int, float)) for v in _values(model.final_norm))
+
+
+def _card():
+    c = card_to_dict(zoo.card("tiny-moe"))
+    c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position": 64}
+    c["sliding_window"] = 64
+    return c
+
+
+CARD_FIELDS = ([f.name for f in fields(ModelConfig)]
+               + [f"moe.{f.name}" for f in fields(MoEConfig)]
+               + [f"rope_scaling.{f.name}" for f in fields(RopeScaling)])
+
+
+@pytest.mark.parametrize("field", CARD_FIELDS)
+def test_a_string_of_code_in_any_card_field_is_refused(field):
+    card = _card()
+    *outer, leaf = field.split(".")
+    (card[outer[0]] if outer else card)[leaf] = HOSTILE
+    with pytest.raises(IRError) as info:
+        build(card_from_json(json.dumps(card)))
+    assert leaf in str(info.value)
+
+
+def _ir_paths(doc):
+    """(path, leaf) of every op field, final_norm field and top-level scalar."""
+    out = [((k,), k) for k in ("name", "vocab_size", "hidden_size", "dtype",
+                               "tie_embeddings", "max_seq_len")]
+    out += [(("final_norm", k), k) for k in doc["final_norm"] if k != "kind"]
+    for i, layer in enumerate(doc["layer_defs"]):
+        out += [(("layer_defs", i, k), k) for k in ("kind", "input", "output")]
+        for j, node in enumerate(layer["nodes"]):
+            out += [(("layer_defs", i, "nodes", j, "op", k), k) for k in node["op"]]
+            out += [(("layer_defs", i, "nodes", j, k), k) for k in ("name", "inputs", "outputs")]
+        for j, _ in enumerate(layer["tensors"]):
+            out += [(("layer_defs", i, "tensors", j, k), k) for k in ("name", "shape", "dtype")]
+    return out
+
+
+def _qwen_like():
+    card = _card()
+    card.update(qkv_bias=True, qk_norm=True, norm_offset=True)
+    return build(card_from_json(json.dumps(card)))
+
+
+IR_DOC = json.loads(model_to_json(_qwen_like()))
+
+
+@pytest.mark.parametrize("path, leaf", _ir_paths(IR_DOC), ids=lambda p: str(p))
+def test_a_string_of_code_anywhere_in_an_ir_file_is_refused(path, leaf):
+    doc = json.loads(json.dumps(IR_DOC))
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = HOSTILE
+    with pytest.raises(IRError) as info:
+        model_from_json(json.dumps(doc))
+    assert leaf in str(info.value)
+
+
+def test_records_built_in_python_check_their_fields():
+    norm = RMSNorm(64)
+    with pytest.raises(IRError, match="name"):
+        TensorSpec("class", (4,))
+    with pytest.raises(IRError, match="offset"):
+        RMSNorm(64, 1e-6, "no")
+    with pytest.raises(IRError, match="inputs"):
+        OpNode("n", norm, ("x\n",), ("y",))
+    layer = zoo.model("tiny-dense").layers[0]
+    with pytest.raises(IRError, match="kind"):
+        Layer("import", layer.nodes, layer.tensors)
+    with pytest.raises(IRError, match="tie_embeddings"):
+        Model("m", 256, 256, (layer,), norm, HOSTILE)
