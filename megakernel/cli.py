@@ -311,15 +311,14 @@ def error_text(message: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with interrupts.raised():
+        with interrupts.raised(f"megakernel {args.command}"):
             return args.fn(args)
     except KeyboardInterrupt as err:
         if args.debug:
             raise
-        sig = signal.Signals(getattr(err, "signum", signal.SIGINT))
-        print(f"megakernel {args.command}: interrupted by {sig.name}; stopped, and left no "
-              "partial output", file=sys.stderr)
-        return 128 + sig.value
+        signum = getattr(err, "signum", signal.SIGINT)
+        print(interrupts.message(signum), file=sys.stderr)
+        return 128 + signum
     except (MegakernelError, OSError) as err:
         # OSError: a path the user gave that cannot be used (missing, a name too
         # long, no permission); the message names it.

@@ -101,12 +101,15 @@ def topology(text: str) -> str:
 @contextmanager
 def progress(label: str):
     """Say what a step is doing when it may take over a second, then its time."""
+    from megakernel import interrupts
+
     print(f"  {label} ...", end="", flush=True, file=sys.stderr)
     t0 = time.perf_counter()
     try:
         yield
     finally:
         print(f" {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    interrupts.checkpoint()   # each step ends where an interrupt is honoured
 
 
 def load(spec: str):

@@ -2,9 +2,9 @@
 
 ``staged(out, owned)`` checks ``out``, then yields a new hidden sibling folder
 (``.NAME.partial-XXXXXXXX``) to fill. When the block ends normally the sibling
-is renamed to ``out``; when it raises (an error, Ctrl-C, SIGTERM turned into an
-exception by the CLI) the sibling and any parent folders it created are removed
-and ``out`` is left as it was.
+is renamed to ``out``; when it raises, or SIGINT or SIGTERM arrives (see
+``interrupts``), the sibling and any parent folders it created are removed and
+``out`` is left as it was.
 
 ``out`` may be absent, an empty folder, or a previous output that ``owned``
 accepts (it returns the names in it, all of which we wrote, or raises
@@ -105,23 +105,35 @@ def _sibling(target: Path, kind: str) -> Path:
             return path
 
 
-def _make_parents(folder: Path) -> list[Path]:
-    """Create ``folder`` and its missing parents; returns those created, outermost first."""
+def _make_parents(folder: Path, created: list[Path]) -> None:
+    """Create ``folder`` and its missing parents, appending each to ``created``."""
     missing = []
     for f in (folder, *folder.parents):
         if os.path.lexists(f):
             break
         missing.append(f)
-    created = []
-    try:
-        for f in reversed(missing):
+    for f in reversed(missing):
+        try:
             os.mkdir(f)
-            created.append(f)
-    except OSError as err:
-        _remove_empty(created)
-        raise OutputError(f"cannot create the folder {err.filename or f}: {err.strerror}",
-                          path=f"-o {folder}", hint="give -o a folder you can write to") from None
-    return created
+        except OSError as err:
+            raise OutputError(f"cannot create the folder {f}: {err.strerror}",
+                              path=f"-o {folder}",
+                              hint="give -o a folder you can write to") from None
+        created.append(f)
+
+
+def _make_sibling(target: Path, out: str) -> Path:
+    """A new, empty hidden folder next to ``target``, made by us."""
+    while True:
+        path = _sibling(target, "partial")
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue   # someone took the name since we looked: never reuse theirs
+        except OSError as err:
+            raise OutputError(f"cannot create {path}: {err.strerror}", path=f"-o {out}",
+                              hint="give -o a folder you can write to") from None
 
 
 def _remove_empty(folders: list[Path]) -> None:
@@ -137,23 +149,30 @@ def staged(out: str, owned: Callable[[Path], list[str]]) -> Iterator[Path]:
     target = check_target(out)
     if target.is_dir():
         owned(target)          # refuse someone else's folder before any work is done
-    created = _make_parents(target.parent)
-    tmp = _sibling(target, "partial")
-    try:
-        os.mkdir(tmp)
-    except OSError as err:
+    created: list[Path] = []
+    made: list[Path] = []
+
+    def cleanup():   # safe at any point, and twice: removes only what we made
+        for tmp in made:
+            shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(created)
-        raise OutputError(f"cannot create {tmp}: {err.strerror}", path=f"-o {out}",
-                          hint="give -o a folder you can write to") from None
-    try:
-        yield tmp
-        with interrupts.held():
-            _publish(tmp, target, out, owned)
-    except BaseException:
-        with interrupts.held():
-            shutil.rmtree(tmp, ignore_errors=True)   # our own folder, all of it ours
-            _remove_empty(created)
-        raise
+
+    # A signal while the folder is filled removes it and exits (interrupts.py).
+    with interrupts.exit_on_signal(cleanup):
+        try:
+            # Held, so no interrupt lands between making a folder and noting it.
+            with interrupts.held():
+                _make_parents(target.parent, created)
+                made.append(_make_sibling(target, out))
+            yield made[0]
+            interrupts.checkpoint()   # an interrupt the work swallowed: publish nothing
+            with interrupts.held():
+                _publish(made[0], target, out, owned)
+                made.clear()
+        except BaseException:
+            with interrupts.held():
+                cleanup()
+            raise
 
 
 def _publish(tmp: Path, target: Path, out: str, owned: Callable[[Path], list[str]]) -> None:

@@ -9,9 +9,10 @@ import time
 import pytest
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.3], ids=["at-once", "later"])
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
                          ids=["SIGINT", "SIGTERM"])
-def test_an_interrupted_compile_leaves_nothing(sig, code, tmp_path):
+def test_an_interrupted_compile_leaves_nothing(sig, code, delay, tmp_path):
     out = tmp_path / "tmp" / "out"
     # The temporary sibling is made before the model is planned (importing jax
     # alone takes about a second), so there is time to see it and interrupt.
@@ -26,6 +27,8 @@ def test_an_interrupted_compile_leaves_nothing(sig, code, tmp_path):
             assert proc.poll() is None, f"compile ended uninterrupted: {proc.stderr.read()}"
             assert time.monotonic() < deadline, "the temporary sibling never appeared"
             time.sleep(0.002)
+        time.sleep(delay)   # as soon as the sibling exists, or while jax loads
+        assert proc.poll() is None, "compile ended before it was interrupted"
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
