@@ -144,6 +144,22 @@ class CaseResult:
 
 _MODULES: dict = {}
 _RUNNERS: dict = {}
+_KERNELS: list = []   # the one temporary folder of this process's cached kernels
+
+
+def _kernels_dir():
+    """A temporary folder for the cached kernels, removed when the process exits:
+    the modules stay imported (and their files readable, for error locations)
+    while it runs, and no folder is left behind."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    if not _KERNELS:
+        _KERNELS.append(Path(tempfile.mkdtemp(prefix="megakernel-cases-")))
+        atexit.register(shutil.rmtree, _KERNELS[0], ignore_errors=True)
+    return _KERNELS[0]
 
 
 def _kernel_module(model, plan, fault: str | None):
@@ -155,7 +171,7 @@ def _kernel_module(model, plan, fault: str | None):
 
     key = (plan.digest(), fault)
     if key not in _MODULES:
-        path = Path(compile_model(model, plan, tempfile.mkdtemp(prefix="mk-case-")))
+        path = Path(compile_model(model, plan, tempfile.mkdtemp(dir=_kernels_dir())))
         if fault is not None:
             _, old, new = FAULTS[fault]
             text = path.read_text()

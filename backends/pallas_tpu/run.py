@@ -119,10 +119,16 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
     """Run ``steps`` decode steps of the kernel against the reference."""
     from megakernel.backends.pallas_tpu import compile_model, load
 
-    if module is None:
+    if module is None and out_dir is None:
         import tempfile
 
-        module = load.import_module(compile_model(model, plan, out_dir or tempfile.mkdtemp()))
+        # A kernel written only for this check is removed when the check ends,
+        # pass or fail, so checks leave no folders in the temp directory.
+        with tempfile.TemporaryDirectory(prefix="megakernel-check-") as tmp:
+            return check(model, plan, weights, steps=steps, seed=seed, out_dir=tmp,
+                         interpret=interpret, prompt=prompt)
+    if module is None:
+        module = load.import_module(compile_model(model, plan, out_dir))
     b, t = plan.request.batch, plan.request.tokens
     interpret = interpret if interpret is not None else interpret_params()
     t0 = time.perf_counter()

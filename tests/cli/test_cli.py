@@ -82,7 +82,8 @@ def compiled_dir(tmp_path_factory):
 
 
 def test_compile_writes_kernel_and_plan(compiled_dir):
-    for name in ("kernel.py", "plan.json", "plan.md", "model.json"):
+    for name in ("kernel.py", "plan.json", "plan.md", "model.json", "request.json",
+                 "manifest.json"):
         assert (compiled_dir / name).is_file(), name
     assert "pl.pallas_call" in (compiled_dir / "kernel.py").read_text()
 

@@ -1,0 +1,202 @@
+"""The CLI's arguments: argparse types, the planning flags, and the plan they ask for.
+
+A bad value fails in argparse, before any model is loaded: one line naming the
+flag, the value found and what is accepted, exit code 2, no traceback. Values
+that need the model or the target (``--layers``, ``--vmem-budget``,
+``--topology`` against a plan) are checked next, each a named error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+import time
+from contextlib import contextmanager
+from decimal import Decimal
+
+# TPU topologies libtpu 0.0.51 compiles for from shapes (tried one by one), and
+# their TensorCores. Other names it either rejects or cannot lay out on one host.
+TOPOLOGIES = {
+    "tpu7x:1x1x1": 2, "tpu7x:2x1x1": 4, "tpu7x:2x2x1": 8, "tpu7x:2x2x2": 16,
+    "tpu7x:4x4x1": 32, "tpu7x:4x4x2": 64,
+    "v6e:1x1": 1, "v6e:2x2": 4, "v6e:4x4": 16,
+    "v5e:1x1": 1, "v5e:2x2": 4, "v5e:4x4": 16,
+}
+_SIZE = re.compile(r"(\d{1,15}(?:\.\d{1,9})?)\s*([kmg]i?b)?", re.I)
+_UNITS = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
+def int_in(low: int, high: int | None = None):
+    """An argparse type: an integer in [low, high] (no upper bound if None)."""
+    span = f"in {low}..{high}" if high is not None else f">= {low}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)   # also refuses digit strings too long to be a number
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{_shown(text)} is not an integer; give an integer {span}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} is out of range; give an integer {span}")
+        return value
+
+    return parse
+
+
+def devices(text: str) -> int:
+    from megakernel.compiler.target import MAX_CORES
+
+    return int_in(1, MAX_CORES)(text)
+
+
+def parse_size(text: str) -> int:
+    """``48MiB``, ``512KiB``, ``2GiB``, ``1.5MB`` or a plain byte count: a whole,
+    positive number of bytes (no inf, nan, sign or exponent)."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not a size; write e.g. 58MiB, 512KiB, 1.5GB or 1048576")
+    nbytes = Decimal(m.group(1)) * _UNITS.get((m.group(2) or "").lower(), 1)
+    if nbytes < 1 or nbytes != int(nbytes):
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is {nbytes} bytes; give a whole number of bytes, at least 1")
+    return int(nbytes)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a positive, finite number")
+    return value
+
+
+def moe_parallel(text: str) -> str | int:
+    """``tp``, ``ep``, or an expert-parallel degree >= 1."""
+    if text in ("tp", "ep"):
+        return text
+    try:
+        return int_in(1)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)}: give tp, ep, or an expert-parallel degree >= 1") from None
+
+
+def topology(text: str) -> str:
+    if text not in TOPOLOGIES:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not a topology this project compiles for; known: "
+            + ", ".join(TOPOLOGIES))
+    return text
+
+
+@contextmanager
+def progress(label: str):
+    """Say what a step is doing when it may take over a second, then its time."""
+    from megakernel import interrupts
+
+    print(f"  {label} ...", end="", flush=True, file=sys.stderr)
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        print(f" {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    interrupts.checkpoint()   # each step ends where an interrupt is honoured
+
+
+def load(spec: str):
+    from megakernel.models import load_model
+
+    return load_model(spec)
+
+
+# Planning flags, by destination: a compiled folder fixes them all (request.json).
+PLAN_FLAGS = ("devices", "target", "batch", "tokens", "context", "layers", "vmem_budget",
+              "bank_bytes", "banks", "expert_slots", "kv_tile", "moe_parallel")
+
+
+def plan_args(p, *, model_optional: bool = False) -> None:
+    positive = int_in(1)
+    model_arg(p, optional=model_optional)
+    p.add_argument("--devices", "-n", type=devices, default=1,
+                   help="TensorCores (1-32)")
+    p.add_argument("--target", default="tpu7x", help="chip: tpu7x, v6e or v5e")
+    p.add_argument("--batch", "-b", type=positive, default=1, help="sequences per step")
+    p.add_argument("--tokens", "-t", type=positive, default=1,
+                   help="new tokens per sequence per step")
+    p.add_argument("--context", type=positive, default=None,
+                   help="cached tokens the cost model assumes")
+    p.add_argument("--layers", type=positive, default=None,
+                   help="cut the model to its first K layers")
+    p.add_argument("--vmem-budget", type=parse_size, default=None,
+                   help="VMEM the plan may use per core (default: capacity - 6 MiB)")
+    p.add_argument("--bank-bytes", type=parse_size, default=None,
+                   help="override ring bank size")
+    p.add_argument("--banks", type=positive, default=None, help="override ring bank count")
+    p.add_argument("--expert-slots", type=positive, default=None,
+                   help="override MoE expert slots")
+    p.add_argument("--kv-tile", type=positive, default=None, help="override KV tile (tokens)")
+    p.add_argument("--moe-parallel", type=moe_parallel, default=None,
+                   help="tp, ep, or an expert-parallel degree")
+
+
+def cut_layers(model, layers: int | None):
+    """``model`` cut to its first ``layers`` layers (``--layers``), if given."""
+    from megakernel.errors import IRError
+
+    if layers is None:
+        return model
+    if layers > len(model.layers):
+        raise IRError(f"{layers} is more than the {len(model.layers)} layers {model.name} has",
+                      path="--layers",
+                      hint=f"give --layers 1..{len(model.layers)}, or leave it out")
+    return model.truncated(layers)
+
+
+def make_plan(args, model=None):
+    """(model, plan) for a command's MODEL and planning flags."""
+    from megakernel.compiler.pipeline import plan_model
+    from megakernel.compiler.target import make_target
+    from megakernel.errors import PlanningError
+
+    model = cut_layers(model or load(args.model), args.layers)
+    target = make_target(args.target, args.devices)
+    if args.vmem_budget is not None:
+        if args.vmem_budget > target.vmem_bytes:
+            raise PlanningError(
+                f"{args.vmem_budget / 2**20:.1f} MiB is more than the "
+                f"{target.vmem_bytes / 2**20:.0f} MiB of VMEM a {args.target} TensorCore has",
+                path="--vmem-budget", hint=f"give at most {target.vmem_bytes // 2**20}MiB")
+        target = make_target(args.target, args.devices,
+                             vmem_reserve=target.vmem_bytes - args.vmem_budget)
+    overrides = {k: v for k, v in dict(
+        bank_bytes=args.bank_bytes, num_banks=args.banks, expert_slots=args.expert_slots,
+        kv_tile=args.kv_tile, moe_parallel=args.moe_parallel).items() if v is not None}
+    with progress(f"planning {model.name} on {args.devices} core(s)"):
+        plan = plan_model(model, target=target, devices=args.devices, batch=args.batch,
+                          tokens=args.tokens, context=args.context, overrides=overrides)
+    return model, plan
+
+
+def check_topology(topology: str, chip: str, cores: int) -> None:
+    """The AOT topology is one of ``chip``'s, with at least ``cores`` TensorCores."""
+    from megakernel.errors import EmitError
+
+    fitting = [t for t, n in TOPOLOGIES.items() if t.split(":")[0] == chip and n >= cores]
+    if topology not in fitting:
+        raise EmitError(f"{topology} ({TOPOLOGIES[topology]} TensorCores) does not "
+                        f"fit a plan for {cores} {chip} TensorCore(s)", path="--topology",
+                        hint=f"give one of {', '.join(fitting) or 'none'}")
+
+
+def model_arg(p, *, optional: bool = False):
+    p.add_argument("model", nargs="?" if optional else None, default=None,
+                   help="zoo name, JSON card/IR file, HF config.json or checkpoint dir")
