@@ -58,7 +58,9 @@ def _kind(path: Path) -> str:
         return "file" if path.is_file() else ""
     except (OSError, ValueError) as err:
         # e.g. a name too long for the file system, or a NUL byte in it
-        raise IRError(f"cannot look at {shown(str(path))}: {shown(str(err))}", path="load",
+        # strerror, not str(err): the latter repeats the (long) path
+        reason = getattr(err, "strerror", None) or str(err)
+        raise IRError(f"cannot look at {shown(str(path))}: {shown(reason)}", path="load",
                       hint=f"give {_accepted()}") from None
 
 
