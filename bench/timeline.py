@@ -45,7 +45,7 @@ def _place(costs, t: float, out: list) -> float:
 
 
 def _is_span(e: Event) -> bool:
-    return e.lane == "compute" and e.label.startswith("layers ") and "steady layers" in e.label
+    return e.lane == "compute" and e.label.startswith("layers ") and "steady " in e.label
 
 
 def expand(model, report) -> Expanded:

@@ -287,8 +287,10 @@ def _timeline(pre, first_layers, steady, tail, model: Model) -> tuple[Event, ...
         if st.count > 1:
             mine = [p for p in steady if p.stack == first[0].stack]
             span = (st.count - 1) * sum(p.time_s for p in mine) * 1e6
-            events.append(Event("compute", f"layers {st.start + 1}..{st.start + st.count - 1} "
-                                f"(x{st.count - 1} steady layers)", t, t + span))
+            first = st.start + st.period
+            what = "layers" if st.period == 1 else f"bodies of {st.period} layers"
+            events.append(Event("compute", f"layers {first}..{first + (st.count - 1) * st.period - 1} "
+                                f"(x{st.count - 1} steady {what})", t, t + span))
             t += span
     place(tail)
     return tuple(events)

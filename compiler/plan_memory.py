@@ -29,6 +29,7 @@ from megakernel.compiler.target import Target
 from megakernel.compiler.tile_weights import ExpertStream, WeightStream, expert_streams, tile_stream
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import Model
+from megakernel.ir.types import APPEND
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,15 @@ class Geometry:
 
 @dataclass(frozen=True)
 class KVStream:
-    """KV cache of one attention node of stack ``stack``: in HBM as
-    ``cache_shape`` = [layers, batch, max_seq_len, kv_heads_local * head_dim]
-    (heads merged into lanes), read in tiles of ``kv_tile`` tokens into a VMEM
-    double buffer. ``read_tokens``: valid tokens per sequence attention needs."""
+    """The appended states (``parts``, e.g. K and V) of one node of stack
+    ``stack``: each in HBM as ``cache_shape`` = [repetitions, batch,
+    max_seq_len, width] (the core's slice, heads merged into lanes), read in
+    tiles of ``kv_tile`` rows into VMEM. ``read_tokens``: valid rows per
+    sequence one step reads (``Op.rows_read``)."""
 
     stack: int
     node: str
+    parts: tuple[str, ...]
     kv_tile: int
     width: int
     cache_shape: tuple[int, ...]
@@ -61,12 +64,13 @@ class KVStream:
 
     @property
     def bytes_per_layer(self) -> int:
-        """Modeled HBM bytes (whole tiles, K and V)."""
-        return 2 * self.batch * self.tiles_per_seq * self.kv_tile * self.width * itemsize(self.dtype)
+        """Modeled HBM bytes (whole tiles, every part)."""
+        return (len(self.parts) * self.batch * self.tiles_per_seq * self.kv_tile * self.width
+                * itemsize(self.dtype))
 
     @property
     def valid_bytes_per_layer(self) -> int:
-        return 2 * self.batch * self.read_tokens * self.width * itemsize(self.dtype)
+        return len(self.parts) * self.batch * self.read_tokens * self.width * itemsize(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -157,21 +161,29 @@ def program_points(model: Model, shard: ShardPlan) -> tuple[Point, ...]:
 
 
 def kv_streams(model: Model, shard: ShardPlan, request: PlanRequest, kv_tile: int):
+    """One KVStream per node with appended state (``StateShard.access``)."""
     out = []
-    seq = model.max_seq_len
     for st, ss in zip(model.stacks, shard.stacks):
-        for node in st.layer.attention_nodes():
-            a = node.op
-            _, q_l, kv_l, _ = next(h for h in ss.heads if h[0] == node.name)
-            width = kv_l * a.head_dim
-            n = request.context + request.tokens
-            tiles = -(-n // kv_tile)
-            if a.sliding_window is not None and a.sliding_window + request.tokens - 1 < n:
-                n = a.sliding_window + request.tokens - 1
+        nodes = dict.fromkeys(s.node for s in ss.states if s.access == APPEND)
+        for name in nodes:
+            op = st.layer.node(name).op
+            specs = op.state(request.batch, model.max_seq_len, model.dtype)
+            mine = [s for s in ss.states if s.node == name and s.access == APPEND]
+            layouts = {s.layout(specs[s.name].shape) for s in mine}
+            dtypes = {specs[s.name].dtype.value for s in mine}
+            if len(layouts) != 1 or len(dtypes) != 1:
+                raise PlanningError(f"appended states {[s.name for s in mine]} differ in "
+                                    "layout or dtype; one stream reads them together",
+                                    path=f"plan.layers[{ss.stack}].{name}")
+            (layout,), (dtype,) = layouts, dtypes
+            valid = request.context + request.tokens
+            n = op.rows_read(valid, request.tokens)
+            tiles = -(-valid // kv_tile)
+            if n < valid:
                 tiles = min(tiles, -(-n // kv_tile) + 1)   # the window may straddle a tile edge
-            out.append(KVStream(ss.stack, node.name, kv_tile, width,
-                                (st.count, request.batch, seq, width), n, tiles,
-                                request.batch, model.dtype.value))
+            out.append(KVStream(ss.stack, name, tuple(s.name for s in mine), kv_tile,
+                                layout[-1], (st.count, *layout), n, tiles, request.batch,
+                                dtype))
     return tuple(out)
 
 
@@ -205,7 +217,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     last = len(points) - 1
     table = BufferTable()
     # The call's operands and outputs first (their order is the call's).
-    operands = operand_buffers(table, model, shard, request, kv, rows_p, last)
+    operands = operand_buffers(table, model, shard, request, rows_p, last)
     # Step-wide scratch: the ring, the embedding gather, the residual stream.
     table.add(sized("ring.banks", Space.VMEM, Kind.WEIGHT_RING, ring.shape, ring.dtype, 0, last,
                     "tile t in bank t % R, at its top-left corner; wide tiles folded"))

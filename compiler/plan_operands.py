@@ -24,7 +24,7 @@ CONSTANTS.register("rmsnorm", "linear", "attention", "mlp", "moe", "add")(lambda
 CONSTANTS.register("rope")(lambda op: {"inv_freq": op.inv_freq().astype(np.float32)[None, :]})
 
 
-def operand_buffers(table: BufferTable, model, shard, request, kv, rows_p: int,
+def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
                     last: int) -> tuple[Operand, ...]:
     whole = (0, last)
     out: list[Operand] = []
@@ -58,11 +58,13 @@ def operand_buffers(table: BufferTable, model, shard, request, kv, rows_p: int,
                 add(f"s{ss.stack}.{n.name}.{suffix}", Space.VMEM, Kind.RESIDENT, t.shape,
                     "float32", f"{n.name}.{suffix}", False, "constant", ss.stack,
                     "constant table")
-    for s in kv:
-        for part in ("k", "v"):
-            add(f"hbm.s{s.stack}.{s.node}.{part}_cache", Space.HBM, Kind.HBM_CACHE,
-                s.cache_shape, s.dtype, f"{s.node}.{part}", True, "cache", s.stack,
-                "aliased input/output; heads merged into lanes")
+    for st, ss in zip(model.stacks, shard.stacks):
+        for s in ss.states:
+            spec = st.layer.node(s.node).op.state(request.batch, model.max_seq_len,
+                                                  model.dtype)[s.name]
+            add(f"hbm.s{ss.stack}.{s.node}.{s.name}", Space.HBM, Kind.HBM_CACHE,
+                (ss.count, *s.layout(spec.shape)), spec.dtype.value, f"{s.node}.{s.name}",
+                True, "cache", ss.stack, f"{s.access} state, updated in place (aliased)")
     table.add(sized("next_token", Space.VMEM, Kind.SCALARS, (rows_p, LANES), "int32", *whole,
                     "greedy next token of each row (broadcast over lanes)", role="output"))
     return tuple(out)

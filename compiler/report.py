@@ -47,7 +47,7 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
     shard_lines = []
     for st in plan.shard.stacks:
         for node, q, kv, rep in st.heads:
-            shard_lines.append(f"stack {st.stack} (layers {st.start}..{st.start + st.count - 1}) "
+            shard_lines.append(f"stack {st.stack} (layers {st.start}..{st.start + st.layers - 1}) "
                                f"{node}: {q} q heads, {kv} kv head(s) per core"
                                + (f", each kv head on {rep} cores" if rep > 1 else ""))
         for node, ep, tp, local, width in st.experts:

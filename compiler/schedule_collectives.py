@@ -199,13 +199,12 @@ def _last_tile_through(ss, node_order: list[str], producer: str) -> int:
     return max(ends, default=-1)
 
 
-def overlapping_tiles(site: Collective, stream, layer: int | None = None) -> list[int]:
-    """Flat stream indices of the ring tiles in flight during ``site`` (for
-    ``layer``, a global layer index, when the site is per-layer)."""
+def overlapping_tiles(site: Collective, stream, rep: int = 0) -> list[int]:
+    """Flat stream indices of the ring tiles in flight during ``site`` (in
+    repetition ``rep`` of its stack's body, when the site is per-layer)."""
     if site.stack is None:
         base = site.overlap_first
     else:
         ss = stream.stacks[site.stack]
-        k = (layer if layer is not None else ss.start) - ss.start
-        base = ss.offset + k * ss.per_layer + site.overlap_first
+        base = ss.offset + rep * ss.per_layer + site.overlap_first
     return [i for i in range(base, base + site.overlap_count) if i < stream.total]

@@ -24,33 +24,43 @@ from dataclasses import dataclass
 import numpy as np
 
 from megakernel.compiler.layout import LANES, dtype_name, itemsize, round_up
-from megakernel.compiler.shard_rules import ParamShard, Reduction, Split, layer_rules
+from megakernel.compiler.shard_rules import ParamShard, Reduction, Split, StateShard, layer_rules
 from megakernel.errors import ShardingError, error_context
-from megakernel.ir.graph import Model
+from megakernel.ir.graph import Model, body_global_name, body_local_name
 
-__all__ = ["Split", "ParamShard", "StackShard", "ShardPlan", "Reduction", "shard_model",
+__all__ = ["Split", "ParamShard", "StateShard", "StackShard", "ShardPlan", "Reduction", "shard_model",
            "moe_degrees", "legal_core_counts", "shard_weights", "gather_weights"]
 
 
 @dataclass(frozen=True)
 class StackShard:
-    """Shards of one stack's layer (identical for all ``count`` layers).
-    ``widths``: per-core feature count of every layer tensor."""
+    """Shards of one stack's body (identical for all ``count`` repetitions of
+    its ``period`` layers). ``widths``: per-core feature count of every tensor."""
 
     stack: int
     start: int
     count: int
+    period: int
     params: tuple[ParamShard, ...]
     widths: tuple[tuple[str, int], ...]
     reductions: tuple[Reduction, ...]
     heads: tuple[tuple[str, int, int, int], ...]   # (attention node, q heads, kv heads, kv replication)
     experts: tuple[tuple[str, int, int, int, int], ...]  # (moe node, ep, tp, experts/core, intermediate/core)
+    states: tuple[StateShard, ...] = ()
 
     def param(self, name: str) -> ParamShard:
         return next(p for p in self.params if p.name == name)
 
     def width(self, tensor: str) -> int:
         return dict(self.widths)[tensor]
+
+    @property
+    def layers(self) -> int:
+        return self.count * self.period
+
+    def global_name(self, k: int, local: str) -> str:
+        """Full name of body weight/state ``local`` in repetition ``k``."""
+        return body_global_name(self.start, self.period, k, local)
 
 
 @dataclass(frozen=True)
@@ -69,21 +79,22 @@ class ShardPlan:
         return next(p for p in self.globals if p.name == name)
 
     def stack_of(self, layer: int) -> StackShard:
-        return next(s for s in self.stacks if s.start <= layer < s.start + s.count)
+        return next(s for s in self.stacks if s.start <= layer < s.start + s.layers)
 
     def param(self, full_name: str) -> ParamShard:
         if full_name.startswith("layers."):
-            _, index, local = full_name.split(".", 2)
-            return self.stack_of(int(index)).param(local)
+            _, index, rest = full_name.split(".", 2)
+            st = self.stack_of(int(index))
+            return st.param(body_local_name(st.start, st.period, int(index), rest)[1])
         return self.global_param(full_name)
 
     def full_names(self):
         """(full weight name, shard) over the model, in consumption order."""
         yield "embed.weight", self.global_param("embed.weight")
         for st in self.stacks:
-            for layer in range(st.start, st.start + st.count):
+            for k in range(st.count):
                 for p in st.params:
-                    yield f"layers.{layer}.{p.name}", p
+                    yield st.global_name(k, p.name), p
         for p in self.globals[1:]:
             yield p.name, p
 
@@ -159,15 +170,15 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
     for i, st in enumerate(model.stacks):
         try:
             with error_context(f"shard.layers.{st.start}"):
-                params, widths, reductions, heads, experts = layer_rules(
+                params, widths, reductions, heads, experts, states = layer_rules(
                     st.layer, model.dtype, cores, ep)
         except ShardingError as err:
             if err.hint:
                 raise
             raise ShardingError(err.message, path=err.path,
                                 hint=f"use devices in {legal_core_counts(model)}") from None
-        stacks.append(StackShard(i, st.start, st.count, params, widths, reductions,
-                                 heads, experts))
+        stacks.append(StackShard(i, st.start, st.count, st.period, params, widths, reductions,
+                                 heads, experts, states))
     v, h, dt = model.vocab_size, model.hidden_size, dtype_name(model.dtype)
     stride = -(-v // cores)
     local = round_up(stride, LANES)

@@ -83,12 +83,46 @@ class ParamShard:
 
     def source(self, core: int) -> tuple[slice, ...]:
         """The region of the full weight core ``core`` holds (before padding)."""
-        region = [slice(0, d) for d in self.full_shape]
+        return _source(self.full_shape, self.splits, core)
+
+
+@dataclass(frozen=True)
+class StateShard:
+    """How one op's state (``Op.state``) is cut: ``splits`` on its axes (the
+    batch axis is never split); the kernel holds a core's slice with the axes
+    from ``merge`` on flattened into one (e.g. K/V heads merged into lanes)."""
+
+    node: str
+    name: str
+    access: str
+    splits: tuple[Split, ...]
+    merge: int | None = None
+
+    def shape(self, full: tuple[int, ...]) -> tuple[int, ...]:
+        """A core's slice of a state of shape ``full`` (padding included)."""
+        out = list(full)
         for s in self.splits:
-            full = self.full_shape[s.axis]
-            lo = min(s.part(core) * s.stride, full)   # trailing parts may be all padding
-            region[s.axis] = slice(lo, min(lo + s.stride, full))
-        return tuple(region)
+            out[s.axis] = s.padded
+        return tuple(out)
+
+    def layout(self, full: tuple[int, ...]) -> tuple[int, ...]:
+        """The slice as the kernel holds it."""
+        shape = self.shape(full)
+        if self.merge is None:
+            return shape
+        return (*shape[:self.merge], math.prod(shape[self.merge:]))
+
+    def source(self, full: tuple[int, ...], core: int) -> tuple[slice, ...]:
+        return _source(full, self.splits, core)
+
+
+def _source(full, splits, core) -> tuple[slice, ...]:
+    """The region of an array of shape ``full`` core ``core`` holds (before padding)."""
+    region = [slice(0, d) for d in full]
+    for s in splits:
+        lo = min(s.part(core) * s.stride, full[s.axis])   # trailing parts may be all padding
+        region[s.axis] = slice(lo, min(lo + s.stride, full[s.axis]))
+    return tuple(region)
 
 
 @dataclass(frozen=True)
@@ -118,6 +152,7 @@ class LayerSharding:
     reductions: list = field(default_factory=list)
     heads: list = field(default_factory=list)
     experts: list = field(default_factory=list)
+    states: list = field(default_factory=list)
 
     def __post_init__(self):
         self.producer = {t: n for n in self.layer.nodes for t in n.outputs}
@@ -168,7 +203,7 @@ SHARDING: Registry[ShardRule] = Registry("sharding", "compiler/shard_rules.py")
 
 
 def layer_rules(layer: Layer, dtype: DType, cores: int, ep: int):
-    """(params, widths, reductions, heads, experts) of one layer; see StackShard."""
+    """(params, widths, reductions, heads, experts, states) of one layer; see StackShard."""
     ls = LayerSharding(layer, dtype, cores, ep)
     for node in reversed(layer.nodes):
         with error_context(node.name):
@@ -185,7 +220,7 @@ def layer_rules(layer: Layer, dtype: DType, cores: int, ep: int):
     widths = tuple((t.name, _width(t.shape[0], ls.state.get(t.name, REP)))
                    for t in layer.tensors)
     return (tuple(ls.params), widths, tuple(ls.reductions), tuple(ls.heads),
-            tuple(ls.experts))
+            tuple(ls.experts), tuple(ls.states))
 
 
 def _width(full: int, s) -> int:
@@ -249,8 +284,12 @@ def _attention(ls: LayerSharding, node: OpNode):
             raise ShardingError(f"input {t!r} is {ls.state[t]!r} across cores, expected "
                                 "split by heads: it must come from a projection through "
                                 "per-head ops only", path="inputs")
-    ls.heads.append((node.name, op.num_q_heads // ls.cores, max(op.num_kv_heads // ls.cores, 1),
-                     rep))
+    kv_local = max(op.num_kv_heads // ls.cores, 1)
+    ls.heads.append((node.name, op.num_q_heads // ls.cores, kv_local, rep))
+    # K/V [B, S, Hkv, D]: the core's kv heads (axis 2), merged into lanes.
+    heads = Split(2, kv.parts, kv.div, kv_local, kv_local)
+    for name, spec in op.state(1, 1, ls.dtype).items():
+        ls.states.append(StateShard(node.name, name, spec.access, (heads,), merge=2))
     return q
 
 

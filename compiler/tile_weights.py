@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from megakernel.compiler.layout import LANES, itemsize, padded_bytes, round_up, sublanes
 from megakernel.compiler.shard import ShardPlan
 from megakernel.errors import PlanningError
+from megakernel.ir.graph import body_global_name
 
 
 @dataclass(frozen=True)
@@ -71,11 +72,12 @@ class NodeTiles:
 
 @dataclass(frozen=True)
 class StackStream:
-    """The tiles of one layer of stack ``stack`` (same for all ``count`` layers)."""
+    """The tiles of one body of stack ``stack`` (same for all ``count`` repetitions)."""
 
     stack: int
     start: int
     count: int
+    period: int
     offset: int
     tiles: tuple[Tile, ...]
     node_tiles: tuple[NodeTiles, ...]
@@ -122,8 +124,8 @@ class WeightStream:
             for k in range(st.count):
                 for j, tile in enumerate(st.tiles):
                     i = st.offset + k * st.per_layer + j
-                    yield StreamEntry(i, self.bank(i), st.start + k,
-                                      f"layers.{st.start + k}.{tile.param}", tile)
+                    name = body_global_name(st.start, st.period, k, tile.param)
+                    yield StreamEntry(i, self.bank(i), int(name.split(".")[1]), name, tile)
         for j, tile in enumerate(self.head):
             i = self.head_offset + j
             yield StreamEntry(i, self.bank(i), None, tile.param, tile)
@@ -234,7 +236,7 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
             else:
                 nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements))
             tiles.extend(mine)
-        stacks.append(StackStream(st.stack, st.start, st.count, offset, tuple(tiles),
+        stacks.append(StackStream(st.stack, st.start, st.count, st.period, offset, tuple(tiles),
                                   tuple(nodes)))
         offset += st.count * len(tiles)
     name, kind = ("embed.weight", "tied_head") if shard.tied else ("lm_head.weight", "head")

@@ -19,6 +19,7 @@ from megakernel.ir.graph import Layer, Model, OpNode
 from megakernel.ir.ops import MLP, Add, Attention, Linear, MoE, Op, RMSNorm, Rope, RopeScaling
 from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
 from megakernel.ir.types import DType, TensorSpec
+from megakernel.registry import Registry
 
 # Card fields carry exact types and bounded sizes, so that the size arithmetic
 # (ir/sizes.py) can run before anything is built. Floats, head_dim,
@@ -72,6 +73,9 @@ class ModelConfig:
     max_seq_len: Int(1, limits.MAX_SEQ_LEN) = 4096
     moe: MoEConfig | None = None
     first_k_dense: Int(0, limits.MAX_LAYERS) = 0
+    # Per layer, its mixer's name in MIXERS (Hugging Face 5.x ``layer_types``);
+    # absent: every layer full attention (windowed by ``sliding_window`` if set).
+    layer_types: tuple[Word, ...] | None = None
 
     def __post_init__(self):
         if self.moe is None and self.first_k_dense:
@@ -82,9 +86,25 @@ class ModelConfig:
                           f"num_layers={self.num_layers}", path="first_k_dense",
                           hint=f"use a value below {self.num_layers}, or remove the moe block")
         DType.parse(self.dtype, path="dtype")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.num_layers:
+                raise IRError(f"lists {len(self.layer_types)} layers, expected num_layers="
+                              f"{self.num_layers}", path="layer_types")
+            unknown = sorted({t for t in self.layer_types if t not in MIXERS})
+            if unknown:
+                raise IRError(f"{unknown} are not mixers; known: {sorted(MIXERS.kinds())}",
+                              path="layer_types")
+            if "sliding_attention" in self.layer_types and not self.sliding_window:
+                raise IRError("names sliding_attention layers but sliding_window is not set",
+                              path="layer_types", hint="set sliding_window")
 
     def layer_kind(self, index: int) -> str:
+        """The FFN of layer ``index``: its name in FFNS."""
         return "moe" if self.moe is not None and index >= self.first_k_dense else "dense"
+
+    def mixer(self, index: int) -> str:
+        """The mixer of layer ``index``: its name in MIXERS."""
+        return "full_attention" if self.layer_types is None else self.layer_types[index]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -134,7 +154,7 @@ class _LayerBuilder:
         return output
 
 
-def _attention_block(c: ModelConfig, b: _LayerBuilder, x: str) -> str:
+def _attention_block(c: ModelConfig, b: _LayerBuilder, x: str, window) -> str:
     h, d = c.hidden_size, c.head_dim
     q_dim, kv_dim = c.num_q_heads * d, c.num_kv_heads * d
     norm = lambda dim: lambda: RMSNorm(dim, c.norm_eps, c.norm_offset)  # noqa: E731
@@ -150,32 +170,56 @@ def _attention_block(c: ModelConfig, b: _LayerBuilder, x: str) -> str:
     q = b.add("q_rope", rope(c.num_q_heads), (q,), "q_rot")
     k = b.add("k_rope", rope(c.num_kv_heads), (k,), "k_rot")
     o = b.add("attention", lambda: Attention(c.num_q_heads, c.num_kv_heads, d,
-                                             c.softmax_scale, c.sliding_window),
+                                             c.softmax_scale, window),
               (q, k, v), "attn")
     o = b.add("o_proj", lambda: Linear(q_dim, h, c.o_bias), (o,), "attn_out")
     return b.add("attn_residual", Add, (x, o), "x_mid")
 
 
+# The mixer table: a layer_types name -> (layer kind label, block builder
+# (card, builder, residual tensor) -> the residual after the mixer).
+MIXERS: Registry = Registry("mixer", "ir/config.py")
+MIXERS.register("full_attention")(
+    ("", lambda c, b, x: _attention_block(c, b, x, c.sliding_window if c.layer_types is None
+                                          else None)))
+MIXERS.register("sliding_attention")(
+    ("sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window)))
+
+
+def _mlp(c: ModelConfig, b: _LayerBuilder, hn: str) -> str:
+    return b.add("mlp", lambda: MLP(c.hidden_size, c.intermediate_size, c.activation), (hn,),
+                 "ffn_out")
+
+
+def _moe(c: ModelConfig, b: _LayerBuilder, hn: str) -> str:
+    m = c.moe
+    return b.add("moe", lambda: MoE(c.hidden_size, m.num_experts, m.top_k,
+                                    m.expert_intermediate, m.scoring, m.correction_bias,
+                                    m.renormalize, m.routed_scaling, m.num_shared_experts,
+                                    m.shared_intermediate, c.activation), (hn,), "ffn_out")
+
+
+# The FFN table: a layer kind -> block builder (card, builder, normed input) -> output.
+FFNS: Registry = Registry("ffn", "ir/config.py")
+FFNS.register("dense")(_mlp)
+FFNS.register("moe")(_moe)
+
+
 def _ffn_block(c: ModelConfig, b: _LayerBuilder, x: str, kind: str) -> str:
-    h = c.hidden_size
-    hn = b.add("post_norm", lambda: RMSNorm(h, c.norm_eps, c.norm_offset), (x,), "h_ffn")
-    if kind == "moe":
-        m = c.moe
-        make = lambda: MoE(h, m.num_experts, m.top_k, m.expert_intermediate, m.scoring,  # noqa: E731
-                           m.correction_bias, m.renormalize, m.routed_scaling,
-                           m.num_shared_experts, m.shared_intermediate, c.activation)
-        f = b.add("moe", make, (hn,), "ffn_out")
-    else:
-        f = b.add("mlp", lambda: MLP(h, c.intermediate_size, c.activation), (hn,), "ffn_out")
+    hn = b.add("post_norm", lambda: RMSNorm(c.hidden_size, c.norm_eps, c.norm_offset), (x,),
+               "h_ffn")
+    f = FFNS(kind, "ffn")(c, b, hn)
     return b.add("ffn_residual", Add, (x, f), "y")
 
 
 @functools.lru_cache(maxsize=64)
-def _layer(c: ModelConfig, kind: str) -> Layer:
+def _layer(c: ModelConfig, mixer: str, ffn: str) -> Layer:
+    label, block = MIXERS(mixer, "mixer")
     b = _LayerBuilder(c.hidden_size)
-    x = _attention_block(c, b, "x")
-    _ffn_block(c, b, x, kind)
-    return Layer(kind, tuple(b.nodes), tuple(b.tensors.values()), "x", "y")
+    x = block(c, b, "x")
+    _ffn_block(c, b, x, ffn)
+    return Layer(f"{label}_{ffn}" if label else ffn, tuple(b.nodes), tuple(b.tensors.values()),
+                 "x", "y")
 
 
 def build(config: ModelConfig) -> Model:
@@ -186,7 +230,7 @@ def build(config: ModelConfig) -> Model:
     layers = []
     for i in range(config.num_layers):
         with error_context(f"layers.{i}"):
-            layers.append(_layer(config, config.layer_kind(i)))
+            layers.append(_layer(config, config.mixer(i), config.layer_kind(i)))
     with error_context("final_norm"):
         try:
             final_norm = RMSNorm(config.hidden_size, config.norm_eps, config.norm_offset)

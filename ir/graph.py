@@ -18,7 +18,7 @@ from megakernel.errors import IRError, error_context
 from megakernel.ir import limits
 from megakernel.ir.ops import Attention, Op, RMSNorm
 from megakernel.ir.schema import Bool, Identifier, Int, ModelName, node
-from megakernel.ir.types import DType, ParamSpec, TensorSpec
+from megakernel.ir.types import DType, ParamSpec, StateSpec, TensorSpec
 
 _Names = Annotated[tuple[Identifier, ...], Field(max_length=limits.MAX_TENSORS)]
 
@@ -115,19 +115,99 @@ class Layer:
         return tuple(n for n in self.nodes if isinstance(n.op, Attention))
 
 
+MAX_PERIOD = 8   # longest repeating body of layers a stack is looked for with
+
+
 @dataclass(frozen=True)
 class Stack:
-    """``count`` consecutive identical layers starting at ``start``: later stages
-    loop over a stack instead of unrolling it."""
+    """``count`` repetitions of a body of ``period`` consecutive layers from
+    ``start`` (a 3:1 linear/full-attention hybrid is one stack with a body of
+    4). Later stages loop over the repetitions and unroll the body. ``layer``
+    is the body as one graph: with a period above 1, body layer j's nodes and
+    tensors are prefixed ``l{j}_`` and its input is layer j - 1's output, so
+    every stage treats a stack's body as one layer."""
 
     kind: str
     start: int
     count: int
     layer: Layer
+    period: int = 1
+    body: tuple[Layer, ...] = ()
 
     @property
     def indices(self) -> range:
-        return range(self.start, self.start + self.count)
+        """Global indices of every layer of the stack."""
+        return range(self.start, self.start + self.count * self.period)
+
+    def place(self, k: int, node: str) -> tuple[int, str]:
+        return body_place(self.start, self.period, k, node)
+
+    def global_name(self, k: int, local: str) -> str:
+        return body_global_name(self.start, self.period, k, local)
+
+
+def body_place(start: int, period: int, k: int, node: str) -> tuple[int, str]:
+    """(global layer index, node name in that layer) of a stack body's node
+    ``node`` in repetition ``k``."""
+    j, name = 0, node
+    if period > 1:
+        head, _, name = node.partition("_")
+        j = int(head[1:])
+    return start + k * period + j, name
+
+
+def body_global_name(start: int, period: int, k: int, local: str) -> str:
+    """``layers.{i}.{op}.{rest}`` of a body weight or state ``{node}.{rest}``."""
+    node, _, rest = local.partition(".")
+    i, name = body_place(start, period, k, node)
+    return f"layers.{i}.{name}.{rest}"
+
+
+def body_local_name(start: int, period: int, layer: int, rest: str) -> tuple[int, str]:
+    """(repetition, body-local ``{node}.{...}``) of ``layers.{layer}.{rest}``."""
+    k, j = divmod(layer - start, period)
+    return k, (f"l{j}_{rest}" if period > 1 else rest)
+
+
+def merge_body(body: tuple[Layer, ...]) -> Layer:
+    """One graph running ``body``'s layers in order (see ``Stack``)."""
+    if len(body) == 1:
+        return body[0]
+    nodes, tensors, carry = [], [], None
+    for j, layer in enumerate(body):
+        rename = {t.name: f"l{j}_{t.name}" for t in layer.tensors}
+        if carry is not None:
+            rename[layer.input] = carry          # chained: input = previous output
+        tensors += [TensorSpec(rename[t.name], t.shape, t.dtype) for t in layer.tensors
+                    if not (carry is not None and t.name == layer.input)]
+        nodes += [OpNode(f"l{j}_{n.name}", n.op, tuple(rename[t] for t in n.inputs),
+                         tuple(rename[t] for t in n.outputs)) for n in layer.nodes]
+        carry = rename[layer.output]
+    kind = "_".join(layer.kind for layer in body)[:limits.MAX_NAME_CHARS]
+    return Layer(kind, tuple(nodes), tuple(tensors), f"l0_{body[0].input}", carry)
+
+
+def find_stacks(layers: tuple[Layer, ...]) -> tuple[Stack, ...]:
+    """Cover ``layers`` by stacks, left to right: at each layer the repeating
+    body (at most ``MAX_PERIOD`` layers, repeated at least twice) that covers
+    the most layers, the shortest body on a tie; a layer that starts no
+    repetition is a stack of its own."""
+    out, i, n = [], 0, len(layers)
+    while i < n:
+        best = (1, 1)                            # (repetitions, period)
+        for p in range(1, min(MAX_PERIOD, n - i) + 1):
+            reps = 1
+            while i + (reps + 1) * p <= n and \
+                    layers[i + reps * p:i + (reps + 1) * p] == layers[i:i + p]:
+                reps += 1
+            if reps >= 2 and reps * p > best[0] * best[1]:
+                best = (reps, p)
+        reps, p = best
+        body = tuple(layers[i:i + p])
+        merged = merge_body(body)
+        out.append(Stack(merged.kind, i, reps, merged, p, body))
+        i += reps * p
+    return tuple(out)
 
 
 @node
@@ -161,14 +241,7 @@ class Model:
 
     @functools.cached_property
     def stacks(self) -> tuple[Stack, ...]:
-        out: list[Stack] = []
-        for i, layer in enumerate(self.layers):
-            if out and out[-1].layer == layer:
-                last = out[-1]
-                out[-1] = Stack(last.kind, last.start, last.count + 1, last.layer)
-            else:
-                out.append(Stack(layer.kind, i, 1, layer))
-        return tuple(out)
+        return find_stacks(self.layers)
 
     def params(self) -> dict[str, ParamSpec]:
         """Every weight of the model, in consumption order."""
@@ -184,16 +257,12 @@ class Model:
     def param_count(self) -> int:
         return sum(s.size for s in self.params().values())
 
-    def cache_specs(self, batch: int) -> dict[str, ParamSpec]:
-        """KV caches, ``layers.{i}.{attn}.k|v`` -> [batch, max_seq_len, Hkv, D]."""
-        out = {}
-        for i, layer in enumerate(self.layers):
-            for node in layer.attention_nodes():
-                a = node.op
-                shape = (batch, self.max_seq_len, a.num_kv_heads, a.head_dim)
-                for part in ("k", "v"):
-                    out[f"layers.{i}.{node.name}.{part}"] = ParamSpec(shape, self.dtype)
-        return out
+    def cache_specs(self, batch: int) -> dict[str, StateSpec]:
+        """Every op's state (``Op.state``: KV caches, recurrent state), named
+        ``layers.{i}.{op}.{state}``, e.g. ``layers.3.attention.k`` [B, S, Hkv, D]."""
+        return {f"layers.{i}.{n.name}.{name}": spec
+                for i, layer in enumerate(self.layers) for n in layer.nodes
+                for name, spec in n.op.state(batch, self.max_seq_len, self.dtype).items()}
 
     def truncated(self, num_layers: int) -> "Model":
         """The same model cut to its first ``num_layers`` layers (for tests)."""

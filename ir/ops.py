@@ -18,7 +18,7 @@ import numpy as np
 from megakernel.errors import IRError, shown
 from megakernel.ir import limits
 from megakernel.ir.schema import Bool, Float, Int, node
-from megakernel.ir.types import DType, ParamSpec
+from megakernel.ir.types import APPEND, DType, ParamSpec, StateSpec
 
 # Field types of ops (ranges in ir/limits.py, docs/validation.md).
 Dim = Int(1, limits.MAX_WIDTH)
@@ -62,6 +62,16 @@ class Op:
 
     def params(self, dtype: DType) -> dict[str, ParamSpec]:
         return {}
+
+    def state(self, batch: int, max_seq_len: int, dtype: DType) -> dict[str, StateSpec]:
+        """What this op keeps between decode steps (KV caches, recurrent state),
+        by name; the planner, packer, kernel and reference all read this."""
+        return {}
+
+    def rows_read(self, valid: int, tokens: int) -> int:
+        """Rows of an appended state one step reads per sequence, when ``valid``
+        rows (the new ``tokens`` included) are in it."""
+        return valid
 
     def infer(self, inputs: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
         raise NotImplementedError
@@ -212,6 +222,15 @@ class Attention(Op):
     @property
     def group_size(self) -> int:
         return self.num_q_heads // self.num_kv_heads
+
+    def state(self, batch, max_seq_len, dtype):
+        rows = StateSpec((batch, max_seq_len, self.num_kv_heads, self.head_dim), dtype, APPEND)
+        return {"k": rows, "v": rows}
+
+    def rows_read(self, valid, tokens):
+        if self.sliding_window is None:
+            return valid
+        return min(valid, self.sliding_window + tokens - 1)
 
     def infer(self, inputs):
         q = (self.num_q_heads * self.head_dim,)

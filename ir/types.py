@@ -80,3 +80,25 @@ class ParamSpec:
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
+
+
+APPEND, WHOLE = "append", "whole"
+
+
+@dataclass(frozen=True)
+class StateSpec(ParamSpec):
+    """State an op keeps from one decode step to the next, for the whole batch
+    (``shape[0]`` is the batch). ``access``:
+
+    * ``append``: shape [B, max_seq_len, ...]; each step writes the rows of its
+      new tokens at their positions and reads the rows before them (K/V caches,
+      latent caches);
+    * ``whole``: each step reads all of it and writes all of it back (a
+      recurrent state, a convolution's history)."""
+
+    access: str = APPEND
+
+    def __post_init__(self):
+        if self.access not in (APPEND, WHOLE):
+            raise IRError(f"access={self.access!r}, expected {APPEND!r} or {WHOLE!r}",
+                          path="state")

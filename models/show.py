@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from megakernel.ir.graph import Layer, Model
 from megakernel.ir.ops import Op
+from megakernel.ir.types import APPEND
 
 
 def describe(model: Model) -> str:
@@ -21,8 +22,11 @@ def describe(model: Model) -> str:
              f"max_seq_len {model.max_seq_len:,})", "", "layers:"]
     kinds: dict[Layer, str] = {}
     for s in model.stacks:
-        label = kinds.setdefault(s.layer, _kind_label(s.layer, kinds))
-        lines.append(f"  {_range(s.start, s.count):<10} {label:<10} x{s.count}")
+        body = s.body or (s.layer,)
+        labels = ", ".join(kinds.setdefault(layer, _kind_label(layer, kinds)) for layer in body)
+        period = f" (a body of {s.period} layers)" if s.period > 1 else ""
+        lines.append(f"  {_range(s.start, s.count * s.period):<10} {labels:<10} "
+                     f"x{s.count}{period}")
     for layer, label in kinds.items():
         lines += ["", f"layer {label}:"] + _graph(layer)
     lines += [""] + _params(model, kinds) + [""] + _bytes(model)
@@ -81,9 +85,12 @@ def _params(model: Model, kinds: dict[Layer, str]) -> list[str]:
     lines = [f"parameters: {total:,} ({_short(total)})",
              f"  {'embed':<24} {v * h:>18,}"]
     for s in model.stacks:
+        body = s.body or (s.layer,)
         per = sum(p.size for p in s.layer.params(model.dtype).values())
-        lines.append(f"  {'layers ' + _range(s.start, s.count) + ' ' + kinds[s.layer]:<24} "
-                     f"{per * s.count:>18,}  ({per:,} per layer)")
+        label = "+".join(kinds[layer] for layer in body)
+        unit = "per layer" if s.period == 1 else f"per body of {s.period}"
+        lines.append(f"  {'layers ' + _range(s.start, s.count * s.period) + ' ' + label:<24} "
+                     f"{per * s.count:>18,}  ({per:,} {unit})")
     lines.append(f"  {'final_norm':<24} {h:>18,}")
     head = "tied to embed" if model.tie_embeddings else f"{h * v:>18,}"
     lines.append(f"  {'lm_head':<24} {head:>18}")
@@ -96,9 +103,15 @@ def _bytes(model: Model) -> list[str]:
         per_dtype[spec.dtype.value] += spec.nbytes
     lines = ["weight bytes:"] + [f"  {d:<10} {n:>18,}  ({_gib(n)})"
                                  for d, n in sorted(per_dtype.items())]
-    kv = sum(c.nbytes for c in model.cache_specs(1).values()) // model.max_seq_len
-    lines.append(f"kv cache: {kv:,} bytes per token ({model.dtype.value}, all layers, k and "
-                 f"v); {_gib(kv * model.max_seq_len)} per sequence of {model.max_seq_len:,}")
+    specs = model.cache_specs(1).values()
+    rows = sum(c.nbytes for c in specs if c.access == APPEND) // model.max_seq_len
+    whole = sum(c.nbytes for c in specs if c.access != APPEND)
+    lines.append(f"kv cache: {rows:,} bytes per token (all layers' appended state: K/V, "
+                 f"latents); {_gib(rows * model.max_seq_len)} per sequence of "
+                 f"{model.max_seq_len:,}")
+    if whole:
+        lines.append(f"recurrent state: {whole:,} bytes per sequence ({_gib(whole)}), "
+                     "whatever the context")
     return lines
 
 

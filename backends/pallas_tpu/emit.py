@@ -124,7 +124,7 @@ def _rope(c: StackCtx, n) -> list[str]:
 def _attention(c: StackCtx, n) -> list[str]:
     q, kk, vv = (v(t) for t in n.inputs)
     mem = c.plan.memory
-    caches = ", ".join(mem.buffer(f"hbm.s{c.s}.{n.name}.{p}_cache").ident for p in "kv")
+    caches = ", ".join(mem.buffer(f"hbm.s{c.s}.{n.name}.{p}").ident for p in "kv")
     lib = c.library("attention")
     return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, "
             f"{caches}, k, start_pos, {c.buffers(n.name)})"]
@@ -179,8 +179,9 @@ def stack_body(c: StackCtx) -> list[str]:
     hbm = "".join(f"{c.hbm(p)}, " for p in c.vectors)
     bound = mem.bound(s, VECTORS)
     bufs = "".join(f"{mem.buffer(bound[p]).ident}, " for p in c.vectors)
-    lines = [f"# ---- stack {s}: layers {c.shard.start}..{c.shard.start + count - 1} "
-             f"({declare.comment(c.layer.kind)}) ----",
+    body = f", a body of {c.shard.period} layers" if c.shard.period > 1 else ""
+    lines = [f"# ---- stack {s}: layers {c.shard.start}..{c.shard.start + c.shard.layers - 1} "
+             f"({declare.comment(c.layer.kind)}{body}) ----",
              f"vec_s{s} = rt.Vectors(({hbm}), ({bufs}), vec_sems, sync=SYNCHRONISED)",
              f"vec_s{s}.start(0)", "", f"def layer_s{s}(k, carry):",
              f"    vec_s{s}.wait(k)", "", f"    @pl.when(k + 1 < {literal(count)})",

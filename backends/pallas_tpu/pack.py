@@ -68,65 +68,65 @@ def pack_weights(model: Model, plan, weights: dict[str, np.ndarray]) -> dict[str
             arrays = [per_core[c][op.source].reshape(op.shape) for c in range(n)]
         else:
             ss = plan.shard.stacks[op.stack]
-            arrays = [np.stack([per_core[c][f"layers.{i}.{op.source}"]
-                                for i in range(ss.start, ss.start + ss.count)]).reshape(op.shape)
+            arrays = [np.stack([per_core[c][ss.global_name(k, op.source)]
+                                for k in range(ss.count)]).reshape(op.shape)
                       for c in range(n)]
         out[op.name] = arrays[0] if not op.sharded else _global(arrays)
     return out
 
 
-def _kv_columns(plan, stack: int, node: str, core: int, head_dim: int) -> list[int]:
-    """Full-cache kv head indices held by ``core``: the attention rule splits kv
-    heads over the cores, or gives each of ``rep`` neighbouring cores one."""
-    _, _, kv_l, rep = next(h for h in plan.shard.stacks[stack].heads if h[0] == node)
-    first = core * kv_l if rep == 1 else core // rep
-    return list(range(first, first + kv_l))
+def _states(model: Model, plan):
+    """(stack shard, state shard, full shape) of every op state of the plan."""
+    for st, ss in zip(model.stacks, plan.shard.stacks):
+        for s in ss.states:
+            spec = st.layer.node(s.node).op.state(plan.request.batch, model.max_seq_len,
+                                                  model.dtype)[s.name]
+            yield ss, s, spec.shape
+
+
+def _operand(plan, ss, s) -> str:
+    return plan.memory.buffer(f"hbm.s{ss.stack}.{s.node}.{s.name}").ident
 
 
 def pack_caches(model: Model, plan, caches: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Reference caches (``layers.{i}.{node}.k|v`` [B, S, Hkv, D]) -> operands."""
+    """Reference state (``Model.cache_specs`` names, full shapes) -> operands:
+    each core's slice (``StateShard.source``), zero-padded, in the kernel's
+    layout, stacked over the stack's repetitions and concatenated over cores."""
     out = {}
-    for kv in plan.memory.kv:
-        ss = plan.shard.stacks[kv.stack]
-        for part in ("k", "v"):
-            cores = []
-            for c in range(plan.shard.cores):
-                layers = []
-                for i in range(ss.start, ss.start + ss.count):
-                    full = np.asarray(caches[f"layers.{i}.{kv.node}.{part}"])
-                    d = full.shape[-1]
-                    heads = _kv_columns(plan, kv.stack, kv.node, c, d)
-                    loc = full[:, :, heads, :].reshape(full.shape[0], full.shape[1], -1)
-                    pad = kv.width - loc.shape[-1]
-                    layers.append(np.pad(loc, ((0, 0), (0, 0), (0, pad))) if pad else loc)
-                cores.append(np.stack(layers))
-            out[f"s{kv.stack}_{kv.node}_{part}_cache"] = _global(cores)
+    for ss, s, full in _states(model, plan):
+        cores = []
+        for c in range(plan.shard.cores):
+            reps = []
+            for k in range(ss.count):
+                piece = np.asarray(caches[ss.global_name(k, f"{s.node}.{s.name}")])[
+                    s.source(full, c)]
+                pads = [(0, want - have) for want, have in zip(s.shape(full), piece.shape)]
+                piece = np.pad(piece, pads) if any(hi for _, hi in pads) else piece
+                reps.append(piece.reshape(s.layout(full)))
+            cores.append(np.stack(reps))
+        out[_operand(plan, ss, s)] = _global(cores)
     return out
 
 
 def unpack_caches(model: Model, plan, packed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Inverse of ``pack_caches`` (core 0's copy of replicated kv heads wins)."""
+    """Inverse of ``pack_caches``; of a slice several cores hold (replicated
+    kv heads), the lowest core's copy wins."""
     out = {}
     n = plan.shard.cores
-    for kv in plan.memory.kv:
-        ss = plan.shard.stacks[kv.stack]
-        node = model.layers[ss.start].node(kv.node).op
-        d, hkv = node.head_dim, node.num_kv_heads
-        for part in ("k", "v"):
-            arr = np.asarray(packed[f"s{kv.stack}_{kv.node}_{part}_cache"])
-            per = arr.reshape(n, ss.count, *arr.shape[1:])
-            for li, i in enumerate(range(ss.start, ss.start + ss.count)):
-                b, s = per.shape[2], per.shape[3]
-                full = np.zeros((b, s, hkv, d), arr.dtype)
-                done = set()
-                for c in range(n):
-                    heads = _kv_columns(plan, kv.stack, kv.node, c, d)
-                    loc = per[c, li].reshape(b, s, -1, d)
-                    for hi, hh in enumerate(heads):
-                        if hh not in done and hh < hkv:
-                            full[:, :, hh, :] = loc[:, :, hi, :]
-                            done.add(hh)
-                out[f"layers.{i}.{kv.node}.{part}"] = full
+    for ss, s, full in _states(model, plan):
+        arr = np.asarray(packed[_operand(plan, ss, s)])
+        per = arr.reshape(n, ss.count, *arr.shape[1:])
+        for k in range(ss.count):
+            whole = np.zeros(full, arr.dtype)
+            seen = np.zeros(full, bool)
+            for c in range(n):
+                region = s.source(full, c)
+                piece = per[c, k].reshape(s.shape(full))[
+                    tuple(slice(0, r.stop - r.start) for r in region)]
+                fresh = ~seen[region]
+                whole[region] = np.where(fresh, piece, whole[region])
+                seen[region] = True
+            out[ss.global_name(k, f"{s.node}.{s.name}")] = whole
     return out
 
 

@@ -44,6 +44,9 @@ VARIANT = dict(qk_norm=True, qkv_bias=True, o_bias=True, tie_embeddings=True,
                norm_offset=True, activation="gelu_tanh")
 
 ROLLED_HEAD = {"bank_bytes": 128 * 1024, "num_banks": 3}
+# Sliding and full attention alternating: one stack whose body is 2 layers.
+PATTERN = dict(num_layers=4, sliding_window=4,
+               layer_types=("sliding_attention", "full_attention") * 2)
 
 CASES = [  # (id, model factory, devices, batch, tokens, steps[, plan overrides])
     ("dense-f32-1dev", lambda: dense(), 1, 2, 1, 2),
@@ -57,6 +60,8 @@ CASES = [  # (id, model factory, devices, batch, tokens, steps[, plan overrides]
     # small banks give the LM head many evenly stepped tiles: its fori_loop path
     ("rolled-head-f32-2dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1),
      2, 2, 1, 2, ROLLED_HEAD),
+    ("pattern-f32-1dev", lambda: dense(**PATTERN), 1, 2, 1, 2),
+    ("pattern-bf16-2dev-t2", lambda: dense("bfloat16", **PATTERN), 2, 2, 2, 2),
     ("rolled-tied-head-f32-1dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1,
                                                 tie_embeddings=True), 1, 2, 1, 2, ROLLED_HEAD),
 ]
