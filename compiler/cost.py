@@ -160,7 +160,7 @@ COST: Registry = Registry("cost", "compiler/cost.py")
 
 
 @COST.register("linear", "mlp", "rmsnorm", "rope", "add")
-def _streamed_or_vector(cx: _NodeCost, node, ph: dict) -> dict:
+def vector_op_cost(cx: _NodeCost, node, ph: dict) -> dict:
     """Ring tiles (if any) through the MXU, plus one op's fixed vector cost."""
     return ph
 

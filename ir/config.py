@@ -16,6 +16,7 @@ from typing import ClassVar
 from megakernel.errors import IRError, error_context
 from megakernel.ir import limits, sizes
 from megakernel.ir.graph import Layer, Model, OpNode
+from megakernel.ir.kind_elementwise import Softcap
 from megakernel.ir.ops import MLP, Add, Attention, Linear, MoE, Op, RMSNorm, Rope, RopeScaling
 from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
 from megakernel.ir.types import DType, TensorSpec
@@ -76,6 +77,8 @@ class ModelConfig:
     # Per layer, its mixer's name in MIXERS (Hugging Face 5.x ``layer_types``);
     # absent: every layer full attention (windowed by ``sliding_window`` if set).
     layer_types: tuple[Word, ...] | None = None
+    # Gemma 2's final-logit soft-capping: logits -> cap * tanh(logits / cap).
+    final_logit_softcap: AnyFloat | None = None
 
     def __post_init__(self):
         if self.moe is None and self.first_k_dense:
@@ -135,8 +138,10 @@ def _with_card_field(err: IRError) -> IRError:
     return type(err)(err.message, path=err.path, hint=hint)
 
 
-class _LayerBuilder:
-    """Appends ops and their output tensors in execution order."""
+class LayerBuilder:
+    """Appends ops and their output tensors in execution order; ``layer()``
+    makes the verified Layer. Cards use it, and so can a hand-written graph
+    (docs/new-model.md)."""
 
     def __init__(self, hidden: int):
         self.nodes: list[OpNode] = []
@@ -153,8 +158,11 @@ class _LayerBuilder:
         self.tensors[output] = TensorSpec(output, shape)
         return output
 
+    def layer(self, kind: str, output: str) -> Layer:
+        return Layer(kind, tuple(self.nodes), tuple(self.tensors.values()), "x", output)
 
-def _attention_block(c: ModelConfig, b: _LayerBuilder, x: str, window) -> str:
+
+def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window) -> str:
     h, d = c.hidden_size, c.head_dim
     q_dim, kv_dim = c.num_q_heads * d, c.num_kv_heads * d
     norm = lambda dim: lambda: RMSNorm(dim, c.norm_eps, c.norm_offset)  # noqa: E731
@@ -178,7 +186,7 @@ def _attention_block(c: ModelConfig, b: _LayerBuilder, x: str, window) -> str:
 
 # The mixer table: a layer_types name -> (layer kind label, block builder
 # (card, builder, residual tensor) -> the residual after the mixer).
-MIXERS: Registry = Registry("mixer", "ir/config.py")
+MIXERS: Registry = Registry("mixer", "ir/config.py", per_op_kind=False)
 MIXERS.register("full_attention")(
     ("", lambda c, b, x: _attention_block(c, b, x, c.sliding_window if c.layer_types is None
                                           else None)))
@@ -186,12 +194,12 @@ MIXERS.register("sliding_attention")(
     ("sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window)))
 
 
-def _mlp(c: ModelConfig, b: _LayerBuilder, hn: str) -> str:
+def _mlp(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
     return b.add("mlp", lambda: MLP(c.hidden_size, c.intermediate_size, c.activation), (hn,),
                  "ffn_out")
 
 
-def _moe(c: ModelConfig, b: _LayerBuilder, hn: str) -> str:
+def _moe(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
     m = c.moe
     return b.add("moe", lambda: MoE(c.hidden_size, m.num_experts, m.top_k,
                                     m.expert_intermediate, m.scoring, m.correction_bias,
@@ -200,12 +208,12 @@ def _moe(c: ModelConfig, b: _LayerBuilder, hn: str) -> str:
 
 
 # The FFN table: a layer kind -> block builder (card, builder, normed input) -> output.
-FFNS: Registry = Registry("ffn", "ir/config.py")
+FFNS: Registry = Registry("ffn", "ir/config.py", per_op_kind=False)
 FFNS.register("dense")(_mlp)
 FFNS.register("moe")(_moe)
 
 
-def _ffn_block(c: ModelConfig, b: _LayerBuilder, x: str, kind: str) -> str:
+def _ffn_block(c: ModelConfig, b: LayerBuilder, x: str, kind: str) -> str:
     hn = b.add("post_norm", lambda: RMSNorm(c.hidden_size, c.norm_eps, c.norm_offset), (x,),
                "h_ffn")
     f = FFNS(kind, "ffn")(c, b, hn)
@@ -215,11 +223,9 @@ def _ffn_block(c: ModelConfig, b: _LayerBuilder, x: str, kind: str) -> str:
 @functools.lru_cache(maxsize=64)
 def _layer(c: ModelConfig, mixer: str, ffn: str) -> Layer:
     label, block = MIXERS(mixer, "mixer")
-    b = _LayerBuilder(c.hidden_size)
+    b = LayerBuilder(c.hidden_size)
     x = block(c, b, "x")
-    _ffn_block(c, b, x, ffn)
-    return Layer(f"{label}_{ffn}" if label else ffn, tuple(b.nodes), tuple(b.tensors.values()),
-                 "x", "y")
+    return b.layer(f"{label}_{ffn}" if label else ffn, _ffn_block(c, b, x, ffn))
 
 
 def build(config: ModelConfig) -> Model:
@@ -236,6 +242,10 @@ def build(config: ModelConfig) -> Model:
             final_norm = RMSNorm(config.hidden_size, config.norm_eps, config.norm_offset)
         except IRError as err:
             raise _with_card_field(err) from None
+    logit_ops = ()
+    if config.final_logit_softcap is not None:
+        with error_context("final_logit_softcap"):
+            logit_ops = (Softcap(config.final_logit_softcap),)
     return Model(config.name, config.vocab_size, config.hidden_size, tuple(layers),
                  final_norm, config.tie_embeddings, DType.parse(config.dtype),
-                 config.max_seq_len)
+                 config.max_seq_len, logit_ops)

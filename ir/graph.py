@@ -226,10 +226,19 @@ class Model:
     tie_embeddings: Bool = False
     dtype: DType = DType.BF16
     max_seq_len: Int(1, limits.MAX_SEQ_LEN) = 4096
+    # Elementwise ops applied, in order, to the logits (e.g. Gemma 2's final
+    # soft-capping); each maps [vocab] to [vocab].
+    logit_ops: Annotated[tuple[Op, ...], Field(max_length=8)] = ()
 
     def __post_init__(self):
         if not self.layers:
             raise IRError("a model needs at least one layer", path="layers")
+        for i, op in enumerate(self.logit_ops):
+            with error_context(f"logit_ops.{i}"):
+                if op.params(self.dtype) or op.infer(((self.vocab_size,),)) != (
+                        (self.vocab_size,),):
+                    raise IRError(f"{op.kind} is not a weightless op from [vocab] to [vocab]",
+                                  path="kind", hint="use scale, softcap or activation")
         for i, layer in enumerate(self.layers):
             shape = layer.tensor(layer.input).shape
             if shape != (self.hidden_size,):

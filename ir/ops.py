@@ -1,9 +1,11 @@
 """Op kinds of the layer graph: frozen parameter records, checked when built.
 
-An op knows its own weights (``params``) and the per-token shapes it maps
-(``infer``); it knows nothing of layers, sharding or code generation. The
-reference (``models/reference.py``) and every backend keep one function per
-``kind`` in a table, so adding an op kind is one class here and one entry there.
+An op knows its own weights (``params``), the state it keeps between steps
+(``state``) and the per-token shapes it maps (``infer``); it knows nothing of
+layers, sharding or code generation. ``OP_KINDS`` finds an op's class by its
+kind; every later stage finds its rule for the kind in its own registry
+(``megakernel.registry``). The core kinds live here; others in
+``ir/kind_*.py`` (docs/architecture.md, "Adding an op kind").
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from megakernel.errors import IRError, shown
 from megakernel.ir import limits
 from megakernel.ir.schema import Bool, Float, Int, node
 from megakernel.ir.types import APPEND, DType, ParamSpec, StateSpec
+from megakernel.registry import Registry
 
 # Field types of ops (ranges in ir/limits.py, docs/validation.md).
 Dim = Int(1, limits.MAX_WIDTH)
@@ -32,6 +35,8 @@ class Activation(enum.Enum):
     SILU = "silu"
     GELU = "gelu"            # exact (erf) GELU
     GELU_TANH = "gelu_tanh"  # tanh approximation
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
 
 
 class Scoring(enum.Enum):
@@ -329,7 +334,10 @@ class Add(Op):
         return (inputs[0],)
 
 
-OP_KINDS: dict[str, type[Op]] = {c.kind: c for c in (RMSNorm, Linear, Rope, Attention, MLP, MoE, Add)}
+# The op class of every kind; kind modules register theirs (megakernel/kinds.py).
+OP_KINDS: Registry[type[Op]] = Registry("op kind", "ir/ops.py or an ir/kind_*.py module")
+for _cls in (RMSNorm, Linear, Rope, Attention, MLP, MoE, Add):
+    OP_KINDS.register(_cls.kind)(_cls)
 
 
 def op_from_dict(data: Any) -> Op:
@@ -344,7 +352,7 @@ def op_from_dict(data: Any) -> Op:
         raise IRError(f"unknown op kind {shown(kind)}; known: {sorted(OP_KINDS)}", path="kind")
     err: IRError | None = None
     try:
-        return OP_KINDS[kind](**data)
+        return OP_KINDS(kind)(**data)
     except IRError as caught:
         err = caught
     raise err.prefixed(kind)

@@ -12,7 +12,7 @@ own record type, and the model's sizes (ir/sizes.py) before it is assembled.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from pydantic import ConfigDict, Field
 
@@ -72,6 +72,7 @@ class _ModelDoc(TypedDict):
     final_norm: dict[str, Any]
     layer_defs: _list(_LayerDoc, limits.MAX_LAYER_DEFS, 1)
     layers: _list(Int(0, limits.MAX_LAYER_DEFS - 1), limits.MAX_LAYERS, 1)
+    logit_ops: NotRequired[_list(dict[str, Any], 8)]
 
 
 def layer_to_dict(layer: Layer) -> dict[str, Any]:
@@ -120,6 +121,7 @@ def model_to_dict(model: Model) -> dict[str, Any]:
         "final_norm": model.final_norm.to_dict(),
         "layer_defs": [layer_to_dict(layer) for layer in defs],
         "layers": refs,
+        **({"logit_ops": [op.to_dict() for op in model.logit_ops]} if model.logit_ops else {}),
     }
 
 
@@ -148,8 +150,13 @@ def model_from_dict(data: dict[str, Any]) -> Model:
     sizes.check_fits(sizes.of_layers(data["name"], data["vocab_size"], data["hidden_size"],
                                      layers, data["tie_embeddings"], dtype,
                                      data["max_seq_len"]), path="model")
+    logit_ops = []
+    for i, op in enumerate(data.get("logit_ops", ())):
+        with error_context(f"logit_ops.{i}"):
+            logit_ops.append(op_from_dict(op))
     return Model(data["name"], data["vocab_size"], data["hidden_size"], tuple(layers),
-                 final_norm, data["tie_embeddings"], dtype, data["max_seq_len"])
+                 final_norm, data["tie_embeddings"], dtype, data["max_seq_len"],
+                 tuple(logit_ops))
 
 
 def model_to_json(model: Model) -> str:

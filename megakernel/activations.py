@@ -46,3 +46,8 @@ def apply(kind, x):
         raise EmitError(f"activation {name!r} has no entry; known: {sorted(ACTIVATIONS)}",
                         path="activations") from None
     return fn(x)
+
+
+def softcap(x, cap: float):
+    """cap * tanh(x / cap): Gemma 2's soft-capping, for the reference and the kernel."""
+    return cap * jnp.tanh(x * (1.0 / cap))

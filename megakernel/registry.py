@@ -10,6 +10,9 @@ the node, never a silent default:
 
 Adding an op kind is therefore a list of registrations (docs/architecture.md,
 "Adding an op kind"), and ``missing(kind)`` tells which are still absent.
+The core kinds register in each stage's own module; other kinds bring one
+module per layer (``ir/kind_*.py``, ``models/kind_*.py``, ...), all listed in
+``megakernel/kinds.py``, which every registry imports before its first lookup.
 """
 
 from __future__ import annotations
@@ -22,6 +25,15 @@ from megakernel.errors import MegakernelError
 Rule = TypeVar("Rule", bound=Callable)
 
 _ALL: list["Registry"] = []
+_LOADED = False
+
+
+def _load_kinds() -> None:
+    """Import every kind module once, so each registry holds all its rules."""
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        import megakernel.kinds  # noqa: F401 - registers the kinds' rules
 
 
 class MissingRuleError(MegakernelError, LookupError):
@@ -30,10 +42,11 @@ class MissingRuleError(MegakernelError, LookupError):
 
 class Registry(Generic[Rule]):
     """The ``rule`` rules (e.g. "cost") of every op kind that has one; ``home``
-    is the module that registers them (named in the error)."""
+    is the module that registers them (named in the error). A table keyed by
+    something else than op kinds (the card's mixers) says ``per_op_kind=False``."""
 
-    def __init__(self, rule: str, home: str):
-        self.rule, self.home = rule, home
+    def __init__(self, rule: str, home: str, *, per_op_kind: bool = True):
+        self.rule, self.home, self.per_op_kind = rule, home, per_op_kind
         self._rules: dict[str, Rule] = {}
         _ALL.append(self)
 
@@ -49,6 +62,7 @@ class Registry(Generic[Rule]):
 
     def __call__(self, kind: str, where: str = "") -> Rule:
         """The rule of ``kind``; ``where`` names the node for the error."""
+        _load_kinds()
         try:
             return self._rules[kind]
         except KeyError:
@@ -59,10 +73,28 @@ class Registry(Generic[Rule]):
                      f"{', '.join(sorted(self._rules))}") from None
 
     def __contains__(self, kind: str) -> bool:
+        _load_kinds()
         return kind in self._rules
 
+    def __getitem__(self, kind: str) -> Rule:
+        return self(kind)
+
     def kinds(self) -> frozenset[str]:
+        _load_kinds()
         return frozenset(self._rules)
+
+    def items(self):
+        _load_kinds()
+        return sorted(self._rules.items())
+
+    def values(self):
+        return [rule for _, rule in self.items()]
+
+    def __iter__(self):
+        return iter(sorted(self.kinds()))
+
+    def __len__(self) -> int:
+        return len(self.kinds())
 
 
 def registries() -> tuple[Registry, ...]:
@@ -71,5 +103,7 @@ def registries() -> tuple[Registry, ...]:
 
 
 def missing(kind: str) -> list[str]:
-    """Names of the rules ``kind`` still lacks, over every loaded registry."""
-    return [r.rule for r in _ALL if kind not in r]
+    """Names of the rules op kind ``kind`` still lacks, over every registry
+    keyed by op kind (tables keyed otherwise, like the card's mixers, aside)."""
+    _load_kinds()
+    return [r.rule for r in _ALL if r.per_op_kind and kind not in r]

@@ -185,6 +185,9 @@ def decode_step(model: Model, weights, tokens, start_pos, caches):
     b, t = tokens.shape
     x, caches = final_hidden(model, weights, tokens, start_pos, caches)
     logits = matmul(x, lm_head(model, weights))
+    for i, op in enumerate(model.logit_ops):
+        node = OpNode(f"logit_op{i}", op, ("logits",), ("out",))
+        logits = REFERENCE(op.kind, f"logit_ops.{i}")(node, {}, [logits], None)
     return logits.reshape(b, t, model.vocab_size), caches
 
 

@@ -55,15 +55,31 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
     return lines + ["residual[...] = x", ""]
 
 
+def _logit_ops(model) -> list[str]:
+    """``def logit_ops(t_logits)``: the model's logit ops, by their own emitters."""
+    from megakernel.backends.pallas_tpu.emit import EMITTERS
+    from megakernel.ir.graph import OpNode
+
+    if not model.logit_ops:
+        return []
+    lines, x = ["# node: logit_ops", "def logit_ops(t_logits0):"], "logits0"
+    for i, op in enumerate(model.logit_ops):
+        node = OpNode(f"logit_op{i}", op, (x,), (f"logits{i + 1}",))
+        lines += [f"    {line}" for line in EMITTERS(op.kind, f"logit_ops.{i}")(None, node)]
+        x = node.outputs[0]
+    return lines + [f"    return t_{x}", ""]
+
+
 def epilogue_lines(model, plan) -> list[str]:
     norm, n = model.final_norm, plan.shard.cores
-    lines = ["# node: final_norm",
+    post = ", post=logit_ops" if model.logit_ops else ""
+    lines = _logit_ops(model) + ["# node: final_norm",
              f"xn = rt.rmsnorm(residual[...], final_norm[...].astype(jnp.float32), "
              f"dim={literal(norm.dim)}, eps={literal(norm.eps)}, offset={literal(norm.offset)})",
              "# node: lm_head",
              "valid = jnp.clip(VOCAB_SIZE - me * VOCAB_STRIDE, 0, VOCAB_STRIDE)",
              f"m, idx = rt.lm_head(stream, {literal(len(plan.shard.stacks))}, xn, "
-             f"{literal(plan.shard.tied)}, logits, valid, me * VOCAB_STRIDE)"]
+             f"{literal(plan.shard.tied)}, logits, valid, me * VOCAB_STRIDE{post})"]
     if n > 1:
         b = lambda name: _ident(plan, f"argmax.{name}")  # noqa: E731
         lines.append(f"m, idx = rt.exchange_argmax(m, idx, {b('values')}, {b('indices')}, "

@@ -115,6 +115,10 @@ def activation(kind, x):
     return activations.apply(kind, x)
 
 
+def softcap(x, cap):
+    return activations.softcap(x, cap)
+
+
 def block_argmax(logits, valid):
     """(max [rows,1], first index [rows,1]) over columns < valid (dynamic)."""
     col = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
@@ -154,7 +158,7 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded):
     return x
 
 
-def lm_head(stream, s, xn, tied, logits_ref, valid, base):
+def lm_head(stream, s, xn, tied, logits_ref, valid, base, post=None):
     """Logits blocks from the head tiles; running (max, first global index)
     over the valid vocabulary columns of this core. Each block is reduced as
     soon as its last tile is consumed, so at most a few blocks are live.
@@ -179,6 +183,8 @@ def lm_head(stream, s, xn, tied, logits_ref, valid, base):
 
     def reduce(best, key, blk):
         c0, cols = key
+        if post is not None:       # the model's logit ops (e.g. soft-capping), per block
+            blk = post(blk)
         if logits_ref is not None:
             logits_ref[:, pl.ds(c0, cols)] = blk
         m, idx = block_argmax(blk, valid - c0)

@@ -27,6 +27,11 @@ VALID_OPS = {
     "mlp": dict(hidden=64, intermediate=128),
     "moe": dict(hidden=64, num_experts=4, top_k=2, expert_intermediate=64),
     "add": dict(),
+    "mul": dict(),
+    "activation": dict(fn="tanh"),
+    "scale": dict(factor=0.5),
+    "softcap": dict(cap=30.0),
+    "channel_scale": dict(dim=64),
 }
 
 
