@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, Need, OpGeometry, Space
 from megakernel.compiler.layout import padded_bytes, smem_bytes
+from megakernel.backends.pallas_tpu import attention, moe
 from megakernel.registry import Registry
 
 
@@ -89,8 +90,6 @@ BUFFERS.register("rmsnorm", "linear", "rope", "add", "mlp")(lambda cx, node: OpL
 
 @BUFFERS.register("attention")
 def _attention(cx: OpCtx, node) -> OpLayout:
-    from megakernel.backends.pallas_tpu import attention
-
     op, s = node.op, cx.ss.stack
     _, q_l, kv_l, _ = next(h for h in cx.ss.heads if h[0] == node.name)
     k = next(x for x in cx.kv if x.stack == s and x.node == node.name)
@@ -104,8 +103,6 @@ def _attention(cx: OpCtx, node) -> OpLayout:
 
 @BUFFERS.register("moe")
 def _moe(cx: OpCtx, node) -> OpLayout:
-    from megakernel.backends.pallas_tpu import moe
-
     op, s = node.op, cx.ss.stack
     _, _, _, local, width = next(e for e in cx.ss.experts if e[0] == node.name)
     es = next(e for e in cx.experts if e.stack == s and e.node == node.name)

@@ -46,12 +46,14 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.compiler.buffers import Need, Space
+from megakernel.compiler.plan_json import GEOMETRIES
 from megakernel.errors import PlanningError
 
 NEG = -1e30          # finite "minus infinity": keeps exp() and max() NaN-free
 HI = jax.lax.Precision.HIGHEST
 
 
+@GEOMETRIES.register("attention")
 @dataclass(frozen=True)
 class AttentionGeometry:
     batch: int

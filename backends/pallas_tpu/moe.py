@@ -47,11 +47,13 @@ from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.activations import apply as activation
 from megakernel.compiler.buffers import Need, Space
+from megakernel.compiler.plan_json import GEOMETRIES
 from megakernel.errors import PlanningError
 
 HI = jax.lax.Precision.HIGHEST
 
 
+@GEOMETRIES.register("moe")
 @dataclass(frozen=True)
 class MoEGeometry:
     rows: int
