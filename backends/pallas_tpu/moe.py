@@ -93,6 +93,16 @@ class MoEGeometry:
         return self.inter_local // self.chunk
 
 
+def value_bytes(g: MoEGeometry, ss, node) -> int:
+    """Bytes of values ``moe_routed`` and the shared expert hold at their peak:
+    router logits, scores, picks and weights ([rows, E] f32 each), one slot's
+    gate/up/product ([rows, chunk] f32), the accumulator, and the shared
+    expert's gate/up/product ([rows, shared width] f32)."""
+    rp = g.rows_padded
+    shared = node.op.num_shared_experts and ss.param(f"{node.name}.shared_up").shape[1]
+    return 4 * rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0))
+
+
 def buffers(g: MoEGeometry) -> tuple[Need, ...]:
     vmem, smem, dma, i32 = Space.VMEM, Space.SMEM, Space.SEMAPHORE, "int32"
     fetch = f"slice n of the layer's expert fetches in slot n % {g.slots}"
