@@ -24,6 +24,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel import dtypes
+from megakernel.errors import EmitError
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,9 @@ class Stream:
         Starts tile j+R, which the caller guarantees lies in the same run.
         Looping over such a run emits its DMA and matmul code once instead of
         once per tile (the LM head is most of a model's tiles)."""
-        assert not self.segments[s].layered
+        if self.segments[s].layered:
+            raise EmitError(f"a run of tiles is only rolled in the unlayered head, not in "
+                            f"segment {s}", path="ring.consume_run")
         flat = self.segments[s].offset + j
         copies = self._run_copy(s, tile, step, j, flat)
         dsts = self._dsts(tile, flat % self.R)

@@ -15,6 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel import activations, dtypes
+from megakernel.errors import EmitError
 from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
     all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
@@ -80,7 +81,9 @@ def ring_linear(stream, s, k, x, tiles, out_cols, first):
             blocks[key] = part if key not in blocks else blocks[key] + part
     cols = sorted(blocks)
     out = [blocks[c] for c in cols]
-    assert sum(c[1] for c in cols) == out_cols
+    if sum(c[1] for c in cols) != out_cols:
+        raise EmitError(f"tiles {tiles} cover {sum(c[1] for c in cols)} output columns, the "
+                        f"plan says {out_cols}", path=f"ring.segment{s}")
     return out[0] if len(out) == 1 else jnp.concatenate(out, axis=-1)
 
 
