@@ -52,12 +52,17 @@ _SHORT = {"in_features": "in", "out_features": "out", "num_heads": "heads",
           "softmax_scale": "scale", "activation": "act"}
 
 
+# Fields that only mean something beside another (swiglu_alpha with
+# swiglu_limit): left out at their default.
+_QUIET_DEFAULTS = {"swiglu_alpha": 1.0}
+
+
 def _op_text(op: Op) -> str:
     """``kind field=value ...``: fields that are off or unset left out, true
     flags shown by name alone."""
     parts = [op.kind]
     for k, v in op.to_dict().items():
-        if k == "kind" or v in (None, False, 0):
+        if k == "kind" or v in (None, False, 0) or _QUIET_DEFAULTS.get(k, object()) == v:
             continue
         if isinstance(v, dict):
             v = v["rope_type"]
