@@ -90,6 +90,7 @@ ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
                "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
 DTYPES = {"bfloat16": "bfloat16", "float32": "float32"}
 
+
 def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
             name: str | None = None, max_seq_len: int = 4096) -> ModelConfig:
     """The card of a HF config (a dict, a ``config.json`` path, or its folder).
