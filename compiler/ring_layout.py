@@ -28,10 +28,12 @@ def aligned(tile) -> bool:
 def _bank_rows_cols(tiles) -> tuple[int, int]:
     """[rows, cols] of one main bank: pick the column width that makes the bank
     smallest once wider tiles are folded (ties: wider, fewer DMAs)."""
-    def rows_for(width):
-        return max(t.view[0] * -(-t.view[1] // width) for t in tiles)
+    views = {t.view for t in tiles}
 
-    widths = sorted({t.view[1] for t in tiles})
+    def rows_for(width):
+        return max(r * -(-c // width) for r, c in views)
+
+    widths = sorted({c for _, c in views})
     best = min(widths, key=lambda w: (rows_for(w) * w, -w))
     return rows_for(best), best
 
@@ -62,7 +64,10 @@ class RingLayout:
 
 
 def ring_layout(stream) -> RingLayout:
-    tiles = [t for st in stream.stacks for t in st.tiles] + list(stream.head)
+    every = [t for st in stream.stacks for t in st.tiles] + list(stream.head)
+    # One tile per shape, in order of first appearance: only shapes matter
+    # here, and a big LM head has thousands of equal ones.
+    tiles = list({(t.rows, t.cols, t.dtype): t for t in every}.values())
     dtypes = sorted({t.dtype for t in tiles})
     if len(dtypes) != 1:
         raise PlanningError(f"ring tiles of several dtypes {dtypes} need typed views of one "
