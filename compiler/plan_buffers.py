@@ -50,9 +50,13 @@ def sized(name: str, space: Space, kind: Kind, shape, dtype: str, first: int, la
           note: str = "", role: str = "scratch") -> Buffer:
     """A buffer with its tile-padded size (SMEM: 32-bit words; semaphores: 0)."""
     shape = tuple(shape)
-    nbytes = {Space.VMEM: lambda: padded_bytes(shape, dtype), Space.HBM: lambda: padded_bytes(
-        shape, dtype), Space.SMEM: lambda: smem_bytes(shape, dtype),
-        Space.SEMAPHORE: lambda: 0}[space]()
+    # (if/else, not a dict of lambdas: the geometry search calls this ~10^4 times)
+    if space is Space.SMEM:
+        nbytes = smem_bytes(shape, dtype)
+    elif space is Space.SEMAPHORE:
+        nbytes = 0
+    else:                                   # VMEM and HBM: tile-padded
+        nbytes = padded_bytes(shape, dtype)
     return Buffer(name, space, kind, shape, dtype, nbytes, first, last, note, role)
 
 
