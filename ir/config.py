@@ -122,7 +122,8 @@ class ModelConfig:
             if unknown:
                 raise IRError(f"{unknown} are not mixers; known: {sorted(MIXERS.kinds())}",
                               path="layer_types")
-            if "sliding_attention" in self.layer_types and not self.sliding_window:
+            # `is None`: a 0 is a value, refused by the attention op that reads it.
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
                 raise IRError("names sliding_attention layers but sliding_window is not set",
                               path="layer_types", hint="set sliding_window")
         if self.qk_norm_all_heads and not self.qk_norm:
