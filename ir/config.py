@@ -126,6 +126,11 @@ class ModelConfig:
             if "sliding_attention" in self.layer_types and self.sliding_window is None:
                 raise IRError("names sliding_attention layers but sliding_window is not set",
                               path="layer_types", hint="set sliding_window")
+        if self.sliding_rope_theta is not None and "sliding_attention" not in (
+                self.layer_types or ()):
+            raise IRError("sliding_rope_theta is set but layer_types names no "
+                          "sliding_attention layer", path="sliding_rope_theta",
+                          hint="list the sliding layers in layer_types, or remove it")
         if self.qk_norm_all_heads and not self.qk_norm:
             raise IRError("qk_norm_all_heads is set but qk_norm is not", path="qk_norm_all_heads",
                           hint="set qk_norm, or remove qk_norm_all_heads")

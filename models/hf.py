@@ -110,6 +110,8 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
                             partial=family.partial_rotary, head_dim=fields.get("head_dim")))
     if family.window == "types":
         fields.update(_types_window(r, family, fields.get("num_layers") or 0, model_type))
+        if "layer_types" not in fields:         # every layer full: no local RoPE base
+            fields.pop("sliding_rope_theta", None)
     else:
         fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
     fields.update(_moe(r, family, fields))
@@ -227,8 +229,6 @@ def _types_window(r: FieldReader, f: Family, n: int, model_type: str) -> dict[st
         return {"sliding_window": None}
     if window is None:
         r.problem("sliding_window", "is null but layer_types names sliding_attention layers")
-    if set(types) == {"sliding_attention"}:
-        return {"sliding_window": window}
     return {"sliding_window": window, "layer_types": tuple(types)}
 
 

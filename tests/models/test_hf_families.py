@@ -1,6 +1,7 @@
 """Importing the families of issue 15 (Mistral, Gemma 2 and 3, OLMo 2, gpt-oss,
 Phi-3): every key that changes the maths mapped, the others named in one error."""
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from megakernel.errors import ConfigError, ShardingError
+from megakernel.errors import ConfigError, IRError, ShardingError
 from megakernel.compiler.shard import shard_model
 from megakernel.ir.config import build
 from megakernel.ir.ops import Rope, RopeScaling
@@ -172,3 +173,14 @@ def test_gpt_oss_experts_are_deinterleaved():
 def test_unknown_keys_are_listed(family):
     with pytest.raises(ConfigError, match=r"foo_bar: 3 \(unknown key"):
         from_hf(config(family, foo_bar=3))
+
+
+def test_gemma3_local_base_follows_the_sliding_layers():
+    # Every layer sliding: each keeps the local base; every layer full: none has it.
+    card = from_hf(config("gemma3_text", layer_types=["sliding_attention"] * 6))
+    assert card.layer_types == ("sliding_attention",) * 6 and card.sliding_rope_theta == 1e4
+    assert build(card).layers[5].node("q_rope").op.theta == 1e4
+    card = from_hf(config("gemma3_text", layer_types=["full_attention"] * 6))
+    assert card.layer_types is None and card.sliding_rope_theta is None
+    with pytest.raises(IRError, match="sliding_rope_theta is set but layer_types names no"):
+        dataclasses.replace(card, sliding_rope_theta=1e4)
