@@ -72,7 +72,7 @@ def rope(op, x, positions):
     return rotated.reshape(n, -1)
 
 
-def attention(op, p, q, k, v, ctx: _Ctx, name: str):
+def attention(op, q, k, v, ctx: _Ctx, name: str, p=None):
     """Write the T new k/v rows into the cache, then causal GQA over the cache
     (scores soft-capped before the mask, and a sink logit per head in the
     softmax denominator, when the op says so)."""
@@ -173,7 +173,7 @@ REFERENCE: Registry[Callable[[OpNode, dict, list, _Ctx], Array]] = Registry(
 REFERENCE.register("rmsnorm")(lambda n, p, xs, ctx: rmsnorm(n.op, p, xs[0]))
 REFERENCE.register("linear")(lambda n, p, xs, ctx: linear(n.op, p, xs[0]))
 REFERENCE.register("rope")(lambda n, p, xs, ctx: rope(n.op, xs[0], ctx.positions))
-REFERENCE.register("attention")(lambda n, p, xs, ctx: attention(n.op, p, *xs, ctx, n.name))
+REFERENCE.register("attention")(lambda n, p, xs, ctx: attention(n.op, *xs, ctx, n.name, p))
 REFERENCE.register("mlp")(lambda n, p, xs, ctx: mlp(n.op, p, xs[0]))
 REFERENCE.register("moe")(lambda n, p, xs, ctx: moe(n.op, p, xs[0]))
 REFERENCE.register("add")(lambda n, p, xs, ctx: xs[0] + xs[1])
