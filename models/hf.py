@@ -169,8 +169,8 @@ def _dense_fields(r: FieldReader, f: Family) -> dict[str, Any]:
     if act is not None and act not in ACTIVATIONS:
         r.problem(f.act_key, f"{act!r} is not supported; supported: {sorted(ACTIVATIONS)}")
     out["activation"] = ACTIVATIONS.get(act, "silu")
-    if f.act_key != "hidden_act":
-        r.mark_used("hidden_act")          # carried by some files, never read by the model
+    if f.act_key != "hidden_act":       # carried by some files, never read by the model
+        r.get("hidden_act", str, None)
     attention_bias = r.get("attention_bias", bool, f.bias_default) if "attention_bias" in (
         f.qkv_bias, f.o_bias) else False
     rule = {"always": True, "never": False, "attention_bias": attention_bias}

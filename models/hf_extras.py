@@ -33,14 +33,15 @@ def _query_scale(r: FieldReader) -> dict[str, Any]:
 
 
 def _gemma2(r: FieldReader, fields: dict) -> dict[str, Any]:
-    r.mark_used("cache_implementation")     # a generation-cache choice, same maths
+    r.get("cache_implementation", str, None)     # a generation-cache choice, same maths
     return {**_query_scale(r), "attn_logit_softcap": _cap(r, "attn_logit_softcapping", 50.0),
             "final_logit_softcap": _cap(r, "final_logit_softcapping", 30.0)}
 
 
 def _gemma3(r: FieldReader, fields: dict) -> dict[str, Any]:
     # Gemma3Attention never passes attn_logit_softcapping on: the key has no effect.
-    r.mark_used("attn_logit_softcapping", "cache_implementation")
+    r.get("attn_logit_softcapping", float, None, **_CAP)
+    r.get("cache_implementation", str, None)
     if r.get("use_bidirectional_attention", bool, False):
         r.problem("use_bidirectional_attention", "true is not supported (a decoder "
                   "attends causally; the bidirectional window is another model)")
@@ -50,7 +51,7 @@ def _gemma3(r: FieldReader, fields: dict) -> dict[str, Any]:
 def _gpt_oss(r: FieldReader, fields: dict) -> dict[str, Any]:
     # The original release also writes the context YaRN was trained from
     # (rope_scaling carries it as original_max_position_embeddings).
-    r.mark_used("initial_context_length")
+    r.get("initial_context_length", int, None, low=1, high=limits.MAX_SEQ_LEN)
     return {"attention_sinks": True}
 
 
@@ -72,7 +73,7 @@ def gpt_oss_moe(r: FieldReader, fields: dict) -> MoEConfig:
 
 def _phi3(r: FieldReader, fields: dict) -> dict[str, Any]:
     # Only longrope scaling reads the original context, and longrope is refused.
-    r.mark_used("original_max_position_embeddings")
+    r.get("original_max_position_embeddings", int, None, low=1, high=limits.MAX_SEQ_LEN)
     for key in ("embd_pdrop", "resid_pdrop"):        # dropout: identity at inference
         r.get(key, float, 0.0, low=0.0, high=1.0)
     return {}

@@ -41,20 +41,29 @@ def read_rope(r: FieldReader, theta_default: float, *, by_type: bool = False,
     p = params if params is not None else scaling or {}
     out: dict[str, Any] = {}
     if by_type:
-        nested = [t for t in _LAYER_TYPES if isinstance(p.get(t), dict)]
-        local = p.get("sliding_attention", {}) if nested else {}
+        nested = any(t in p for t in _LAYER_TYPES)
+        local = _object(r, p, "sliding_attention", key) if nested else {}
         if nested:
-            p = p.get("full_attention", {})
+            whole = p
+            p = _object(r, whole, "full_attention", key)
             key = f"{key}.full_attention"
-            extra = sorted(set(params or scaling) - set(_LAYER_TYPES))
-            for k in extra:
-                r.problem(f"rope_parameters.{k}", f"={shown((params or scaling)[k])} beside "
-                          "the per-layer-type objects is not supported")
-        out["sliding_rope_theta"] = _local_theta(r, local, bool(nested))
+            for k in sorted(set(whole) - set(_LAYER_TYPES)):
+                r.problem(f"rope_parameters.{k}", f"={shown(whole[k])} beside the "
+                          "per-layer-type objects is not supported")
+        out["sliding_rope_theta"] = _local_theta(r, local, nested)
     if partial:
         out.update(_partial(r, p, key, head_dim))
     out.update(_one(r, p, key, theta, theta_default, partial))
     return out
+
+
+def _object(r: FieldReader, p: dict, name: str, key: str) -> dict:
+    """``p[name]`` if it is an object (absent: empty), else a problem."""
+    value = p.get(name, {})
+    if isinstance(value, dict):
+        return value
+    r.problem(f"{key}.{name}", f"{shown(value)} should be an object")
+    return {}
 
 
 def _one(r: FieldReader, p: dict, key: str, theta: float | None,
