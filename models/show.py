@@ -27,6 +27,9 @@ def describe(model: Model) -> str:
         period = f" (a body of {s.period} layers)" if s.period > 1 else ""
         lines.append(f"  {_range(s.start, s.count * s.period):<10} {labels:<10} "
                      f"x{s.count}{period}")
+    for where, ops in (("embed ops", model.embed_ops), ("logit ops", model.logit_ops)):
+        if ops:
+            lines.append(f"  {where + ':':<10} " + ", then ".join(_op_text(op) for op in ops))
     for layer, label in kinds.items():
         lines += ["", f"layer {label}:"] + _graph(layer)
     lines += [""] + _params(model, kinds) + [""] + _bytes(model)
