@@ -132,7 +132,8 @@ def value_bytes(g: AttentionGeometry) -> int:
     V head slices in f32, ~6 [G*rows, keys] arrays of scores and masks, q/out):
     Mosaic keeps them in VMEM beside the declared buffers."""
     gr, sub = g.group * g.rows_padded, score_cols(g)
-    return 4 * (2 * sub * g.head_dim + 6 * gr * sub + 2 * gr * g.head_dim)
+    capped = gr * sub if g.softcap is not None else 0      # the soft-capped scores
+    return 4 * (2 * sub * g.head_dim + 6 * gr * sub + 2 * gr * g.head_dim + capped)
 
 
 def buffers(g: AttentionGeometry) -> tuple[Need, ...]:

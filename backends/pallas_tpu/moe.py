@@ -109,10 +109,15 @@ def value_bytes(g: MoEGeometry, ss, node) -> int:
     """Bytes of values ``moe_routed`` and the shared expert hold at their peak:
     router logits, scores, picks and weights ([rows, E] f32 each), one slot's
     gate/up/product ([rows, chunk] f32), the accumulator, and the shared
-    expert's gate/up/product ([rows, shared width] f32)."""
+    expert's gate/up/product ([rows, shared width] f32); with expert biases, their
+    tables ([experts_local, width] f32) and the weighted down biases ([rows, hidden])."""
     rp = g.rows_padded
     shared = node.op.num_shared_experts and ss.param(f"{node.name}.shared_up").shape[1]
-    return 4 * rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0))
+    # gpt-oss: the layer's expert bias tables, read as values, and the down biases' sum.
+    biases = 0
+    if g.expert_bias:
+        biases = g.experts_local * (2 * g.inter_local + g.hidden) + rp * g.hidden
+    return 4 * (rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0)) + biases)
 
 
 def buffers(g: MoEGeometry) -> tuple[Need, ...]:
