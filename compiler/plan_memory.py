@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Operand, Point, Space
-from megakernel.compiler.layout import (LANES, VALUES_BASE, VALUES_SPILLED, WEIGHT_CHUNK_BYTES,
-                                        itemsize, mib, round_up, sublanes)
+from megakernel.compiler.layout import LANES, itemsize, mib, round_up, sublanes, values_bytes
 from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, sized
 from megakernel.compiler.plan_operands import operand_buffers
 from megakernel.compiler.ring_layout import WORD, RingLayout, ring_layout
@@ -244,7 +243,8 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
                                                      experts, rows_p)
     # The head holds the normed hidden state and a few logits blocks as values.
     head_peak = 4 * rows_p * (model.hidden_size + 3 * stream.head_block)
-    values = VALUES_BASE + WEIGHT_CHUNK_BYTES + int(VALUES_SPILLED * max(layer_peak, head_peak))
+    values = values_bytes(ring.bank_rows * ring.bank_cols * itemsize(ring.dtype), ring.max_pieces,
+                          max(layer_peak, head_peak))
     _collective_buffers(table, specs, points)
     plan = MemoryPlan(g, rows, rows_p, points,
                       tuple(tuple(n.name for n in st.layer.nodes) for st in model.stacks),
