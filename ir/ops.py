@@ -140,21 +140,89 @@ class Linear(Op):
 @node
 class RopeScaling:
     """Frequency scaling of rotary embeddings. ``llama3``: Llama 3.1+ smooth
-    wavelength-dependent scaling; ``linear``: positions divided by ``factor``."""
+    wavelength-dependent scaling; ``linear``: positions divided by ``factor``;
+    ``yarn``: YaRN (Peng et al. 2023, as Hugging Face's
+    ``_compute_yarn_parameters``): frequencies blended between interpolated
+    (/factor) and original by a ramp over the correction range of
+    ``beta_fast`` .. ``beta_slow`` rotations in ``original_max_position``, and
+    cos/sin multiplied by ``attention_factor()``. ``mscale`` and
+    ``mscale_all_dim`` (0: absent) set that factor and DeepSeek's softmax
+    ``softmax_mscale()``."""
 
-    rope_type: Literal["llama3", "linear"]
+    rope_type: Literal["llama3", "linear", "yarn"]
     factor: Float(*limits.ROPE_FACTOR, open_low=True)
     low_freq_factor: FreqFactor = 1.0
     high_freq_factor: FreqFactor = 4.0
     original_max_position: Positions = 8192
+    beta_fast: FreqFactor = 32.0
+    beta_slow: FreqFactor = 1.0
+    mscale: Float(0.0, limits.MAX_SCALE) = 0.0
+    mscale_all_dim: Float(0.0, limits.MAX_SCALE) = 0.0
+    truncate: Bool = True
 
-    SUPPORTED: ClassVar[tuple[str, ...]] = ("llama3", "linear")
+    SUPPORTED: ClassVar[tuple[str, ...]] = ("llama3", "linear", "yarn")
 
     def __post_init__(self):
         if self.rope_type == "llama3" and not self.high_freq_factor > self.low_freq_factor:
             raise _fail("high_freq_factor",
                         f"high_freq_factor={self.high_freq_factor} must exceed "
                         f"low_freq_factor={self.low_freq_factor}")
+
+    def attention_factor(self) -> float:
+        """The factor YaRN multiplies cos and sin by (1 for the other types)."""
+        if self.rope_type != "yarn":
+            return 1.0
+        if self.mscale and self.mscale_all_dim:
+            return _yarn_mscale(self.factor, self.mscale) / _yarn_mscale(self.factor,
+                                                                        self.mscale_all_dim)
+        return _yarn_mscale(self.factor)
+
+    def softmax_mscale(self) -> float:
+        """DeepSeek's multiplier of the attention softmax scale: m^2 with
+        m = 0.1 * mscale_all_dim * ln(factor) + 1 under YaRN, else 1."""
+        if self.rope_type != "yarn" or not self.mscale_all_dim:
+            return 1.0
+        return _yarn_mscale(self.factor, self.mscale_all_dim) ** 2
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rope_inv_freq(theta: float, rotary_dim: int, s: "RopeScaling | None") -> np.ndarray:
+    """Per-pair inverse frequencies [rotary_dim // 2], float64, scaling applied."""
+    rd = rotary_dim
+    inv = 1.0 / (theta ** (np.arange(0, rd, 2, dtype=np.float64) / rd))
+    if s is None:
+        return inv
+    if s.rope_type == "linear":
+        return inv / s.factor
+    if s.rope_type == "yarn":
+        # Dimensions whose wavelength fits beta_fast or more times into the
+        # original context keep their frequency; those fitting beta_slow or
+        # fewer times are interpolated; a linear ramp in between.
+        def corr(rotations):
+            return rd * math.log(s.original_max_position / (rotations * 2 * math.pi)) / (
+                2 * math.log(theta))
+        lo, hi = corr(s.beta_fast), corr(s.beta_slow)
+        if s.truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, rd - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = np.clip((np.arange(rd // 2, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
+        keep = 1.0 - ramp
+        return inv / s.factor * (1.0 - keep) + inv * keep
+    # llama3: long wavelengths slowed by `factor`, short ones kept, a smooth
+    # blend in between (Llama 3.1 reference implementation's equations).
+    wavelen = 2 * math.pi / inv
+    low_wl = s.original_max_position / s.low_freq_factor
+    high_wl = s.original_max_position / s.high_freq_factor
+    smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor)
+    blended = (1 - smooth) * inv / s.factor + smooth * inv
+    return np.where(wavelen > low_wl, inv / s.factor,
+                    np.where(wavelen < high_wl, inv, blended))
 
 
 @node
@@ -179,23 +247,12 @@ class Rope(Op):
 
     def inv_freq(self) -> np.ndarray:
         """Per-pair inverse frequencies [rotary_dim // 2], float64, scaling applied."""
-        rd = self.rotary_dim
-        inv = 1.0 / (self.theta ** (np.arange(0, rd, 2, dtype=np.float64) / rd))
-        s = self.scaling
-        if s is None:
-            return inv
-        if s.rope_type == "linear":
-            return inv / s.factor
-        # llama3: long wavelengths slowed by `factor`, short ones kept, a smooth
-        # blend in between (Llama 3.1 reference implementation's equations).
-        wavelen = 2 * math.pi / inv
-        low_wl = s.original_max_position / s.low_freq_factor
-        high_wl = s.original_max_position / s.high_freq_factor
-        smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (
-            s.high_freq_factor - s.low_freq_factor)
-        blended = (1 - smooth) * inv / s.factor + smooth * inv
-        return np.where(wavelen > low_wl, inv / s.factor,
-                        np.where(wavelen < high_wl, inv, blended))
+        return rope_inv_freq(self.theta, self.rotary_dim, self.scaling)
+
+    @property
+    def attention_factor(self) -> float:
+        """cos and sin are multiplied by this (YaRN; 1 otherwise)."""
+        return 1.0 if self.scaling is None else self.scaling.attention_factor()
 
     def infer(self, inputs):
         _expect_shapes(self, inputs, ((self.num_heads * self.head_dim,),))

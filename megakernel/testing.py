@@ -51,7 +51,10 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
     rotary = draw(st.sampled_from([0, head_dim // 2]))
     scaling = draw(st.sampled_from([None, {"rope_type": "llama3", "factor": 8.0,
                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                           "original_max_position": 64}]))
+                                           "original_max_position": 64},
+                                    {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                                     "beta_slow": 1.0, "original_max_position": 16,
+                                     "mscale": 1.0, "mscale_all_dim": 0.5}]))
     return ModelConfig(
         name="drawn",
         vocab_size=draw(st.sampled_from([256, 512])),

@@ -65,7 +65,8 @@ def rope(op, x, positions):
     half = op.rotary_dim // 2
     inv_freq = jnp.asarray(op.inv_freq(), jnp.float32)
     angle = positions.reshape(n, 1).astype(jnp.float32) * inv_freq[None, :]   # [n, half]
-    cos, sin = jnp.cos(angle)[:, None, :], jnp.sin(angle)[:, None, :]
+    factor = op.attention_factor          # YaRN scales cos and sin; 1 otherwise
+    cos, sin = factor * jnp.cos(angle)[:, None, :], factor * jnp.sin(angle)[:, None, :]
     x1, x2, rest = h[..., :half], h[..., half:op.rotary_dim], h[..., op.rotary_dim:]
     rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
     return rotated.reshape(n, -1)

@@ -115,9 +115,11 @@ def _rope(c: StackCtx, n) -> list[str]:
     op = n.op
     heads = c.shard.width(n.inputs[0]) // op.head_dim
     table = c.plan.memory.buffer(f"s{c.s}.{n.name}.inv_freq").ident
+    factor = op.attention_factor
+    extra = f", factor={literal(factor)}" if factor != 1.0 else ""   # YaRN only
     return [f"{v(n.outputs[0])} = rt.rope({v(n.inputs[0])}, pos, {table}[...], "
             f"heads={literal(heads)}, head_dim={literal(op.head_dim)}, "
-            f"rotary_dim={literal(op.rotary_dim)})"]
+            f"rotary_dim={literal(op.rotary_dim)}{extra})"]
 
 
 @EMITTERS.register("attention")

@@ -93,12 +93,15 @@ def positions(start_ref, rows_padded, batch, tokens):
     return pos
 
 
-def rope(x, pos, inv_freq, heads, head_dim, rotary_dim):
+def rope(x, pos, inv_freq, heads, head_dim, rotary_dim, factor=1.0):
     """Rotate-half RoPE of the first ``rotary_dim`` features of each head;
-    inv_freq is [1, rotary_dim // 2] f32."""
+    inv_freq is [1, rotary_dim // 2] f32; cos and sin are multiplied by
+    ``factor`` (YaRN's attention factor)."""
     half = rotary_dim // 2
     angle = pos.astype(jnp.float32) * inv_freq                      # [rows, half]
     cos, sin = jnp.cos(angle), jnp.sin(angle)
+    if factor != 1.0:
+        cos, sin = factor * cos, factor * sin
     outs = []
     for h in range(heads):
         base = h * head_dim

@@ -43,6 +43,10 @@ def moe(dtype="float32", **kw):
 VARIANT = dict(qk_norm=True, qkv_bias=True, o_bias=True, tie_embeddings=True,
                norm_offset=True, activation="gelu_tanh")
 
+# YaRN: blended frequencies and cos/sin scaled by its attention factor (1.074 here).
+YARN = dict(rope_scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position": 16,
+                          "mscale": 1.0, "mscale_all_dim": 0.6})
+
 ROLLED_HEAD = {"bank_bytes": 128 * 1024, "num_banks": 3}
 # Sliding and full attention alternating: one stack whose body is 2 layers.
 PATTERN = dict(num_layers=4, sliding_window=4,
@@ -61,6 +65,7 @@ CASES = [  # (id, model factory, devices, batch, tokens, steps[, plan overrides]
     ("rolled-head-f32-2dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1),
      2, 2, 1, 2, ROLLED_HEAD),
     ("pattern-f32-1dev", lambda: dense(**PATTERN), 1, 2, 1, 2),
+    ("yarn-f32-1dev", lambda: dense(**YARN), 1, 2, 1, 2),
     ("pattern-bf16-2dev-t2", lambda: dense("bfloat16", **PATTERN), 2, 2, 2, 2),
     ("rolled-tied-head-f32-1dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1,
                                                 tie_embeddings=True), 1, 2, 1, 2, ROLLED_HEAD),

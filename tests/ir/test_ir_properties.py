@@ -42,7 +42,8 @@ BAD_CHANGES = [
     (dict(dtype="int3"), "config", "dtype"),
     (dict(num_layers=0), "config", "num_layers"),
     (dict(softmax_scale=-1.0), "layers.0.attention", "softmax_scale"),
-    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "config.rope_scaling", "rope_type"),
+    (dict(rope_scaling={"rope_type": "dynamic", "factor": 4.0}), "config.rope_scaling",
+     "rope_type"),
 ]
 BAD_MOE_CHANGES = [
     (dict(moe__top_k=99), "moe", "top_k"),
