@@ -114,7 +114,8 @@ def _moe(cx: OpCtx, node) -> OpLayout:
         num_experts=op.num_experts, experts_local=local, inter_local=width, top_k=op.top_k,
         scoring=op.scoring.value, correction_bias=op.correction_bias,
         renormalize=op.renormalize, routed_scaling=op.routed_scaling,
-        activation=op.activation.value, slots=es.slots, dtype=es.dtype, chunk=es.chunk)
+        activation=op.activation.value, slots=es.slots, dtype=es.dtype, chunk=es.chunk,
+        n_group=op.n_group, topk_group=op.topk_group)
     return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS)
 
 

@@ -41,6 +41,9 @@ class MoEConfig:
     routed_scaling: AnyFloat = 1.0
     num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
     shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
+    # DeepSeek's group-limited routing (MoE op): 1 / 1 is plain top-k.
+    n_group: Int(1, limits.MAX_EXPERTS) = 1
+    topk_group: Int(1, limits.MAX_EXPERTS) = 1
 
 
 @node
@@ -204,7 +207,8 @@ def _moe(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
     return b.add("moe", lambda: MoE(c.hidden_size, m.num_experts, m.top_k,
                                     m.expert_intermediate, m.scoring, m.correction_bias,
                                     m.renormalize, m.routed_scaling, m.num_shared_experts,
-                                    m.shared_intermediate, c.activation), (hn,), "ffn_out")
+                                    m.shared_intermediate, c.activation, m.n_group,
+                                    m.topk_group), (hn,), "ffn_out")
 
 
 # The FFN table: a layer kind -> block builder (card, builder, normed input) -> output.

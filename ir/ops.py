@@ -333,6 +333,12 @@ class MoE(Op):
     are renormalised to sum 1 when ``renormalize``, then multiplied by
     ``routed_scaling``. ``num_shared_experts`` always-on experts of
     ``shared_intermediate`` each are added (stored as one MLP of their total width).
+
+    Group-limited selection (DeepSeek-V3's ``n_group`` / ``topk_group``): the
+    experts form ``n_group`` contiguous groups; each group scores the sum of
+    its two best selection scores, only the ``topk_group`` best groups stay
+    eligible, and the top k are chosen among their experts. Every tie goes to
+    the lowest index (group or expert).
     """
 
     kind: ClassVar[str] = "moe"
@@ -347,10 +353,25 @@ class MoE(Op):
     num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
     shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
     activation: Activation = Activation.SILU
+    n_group: Int(1, limits.MAX_EXPERTS) = 1
+    topk_group: Int(1, limits.MAX_EXPERTS) = 1
 
     def __post_init__(self):
         if self.top_k > self.num_experts:
             raise _fail("top_k", f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if self.n_group > 1:
+            per = self.num_experts // self.n_group
+            if self.num_experts % self.n_group or per < 2:
+                raise _fail("n_group", f"n_group={self.n_group} must split num_experts="
+                            f"{self.num_experts} into equal groups of at least 2 experts")
+            if self.topk_group > self.n_group:
+                raise _fail("topk_group", f"topk_group={self.topk_group} exceeds n_group="
+                            f"{self.n_group}")
+            if self.top_k > self.topk_group * per:
+                raise _fail("top_k", f"top_k={self.top_k} exceeds the {self.topk_group * per} "
+                            f"experts of topk_group={self.topk_group} groups of {per}")
+        elif self.topk_group != 1:
+            raise _fail("topk_group", f"topk_group={self.topk_group} needs n_group > 1")
         if self.num_shared_experts and not self.shared_intermediate:
             raise _fail("shared_intermediate", f"shared_intermediate=0 with "
                         f"num_shared_experts={self.num_shared_experts}: expected >= 1")

@@ -20,9 +20,15 @@ from megakernel.ir.config import MoEConfig, ModelConfig
 def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
     num_experts = draw(st.integers(4, max_experts))
     shared = draw(st.integers(0, 1))
+    # DeepSeek's group-limited routing, when the experts split into groups of >= 2.
+    n_group = draw(st.sampled_from([g for g in (1, 2, 4) if num_experts % g == 0
+                                    and num_experts // g >= 2]))
+    topk_group = draw(st.integers(1, n_group))
+    eligible = topk_group * num_experts // n_group if n_group > 1 else num_experts
     return MoEConfig(
         num_experts=num_experts,
-        top_k=draw(st.integers(1, min(4, num_experts))),
+        top_k=draw(st.integers(1, min(4, eligible))),
+        n_group=n_group, topk_group=topk_group if n_group > 1 else 1,
         expert_intermediate=draw(st.sampled_from([128, 256])),
         scoring=draw(st.sampled_from(["softmax", "sigmoid"])),
         correction_bias=draw(st.booleans()),

@@ -66,6 +66,11 @@ CASES = [  # (id, model factory, devices, batch, tokens, steps[, plan overrides]
      2, 2, 1, 2, ROLLED_HEAD),
     ("pattern-f32-1dev", lambda: dense(**PATTERN), 1, 2, 1, 2),
     ("yarn-f32-1dev", lambda: dense(**YARN), 1, 2, 1, 2),
+    # DeepSeek routing: 8 experts in 4 groups, the best 2 groups eligible
+    ("moe-groups-f32-2dev", lambda: moe(moe=MoEConfig(
+        num_experts=8, top_k=2, expert_intermediate=128, scoring="sigmoid",
+        correction_bias=True, renormalize=True, routed_scaling=2.5, num_shared_experts=1,
+        shared_intermediate=128, n_group=4, topk_group=2)), 2, 3, 1, 2),
     ("pattern-bf16-2dev-t2", lambda: dense("bfloat16", **PATTERN), 2, 2, 2, 2),
     ("rolled-tied-head-f32-1dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1,
                                                 tie_embeddings=True), 1, 2, 1, 2, ROLLED_HEAD),
