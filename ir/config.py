@@ -47,6 +47,24 @@ class MoEConfig:
 
 
 @node
+class MLAConfig:
+    """Multi-head latent attention (DeepSeek-V3, Kimi; ir/kind_mla.py), in
+    Hugging Face's names. ``q_lora_rank`` 0: one q projection instead of
+    q_a -> norm -> q_b. ``rope`` false: Kimi's NoPE (the rope part is split
+    off but not rotated). ``latent_norm_eps``: the q_a and kv_a norms' eps
+    (Hugging Face builds them with 1e-6 whatever rms_norm_eps says)."""
+
+    kv_lora_rank: _Width
+    qk_nope_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    qk_rope_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    v_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    q_lora_rank: Int(0, limits.MAX_WIDTH) = 0
+    rope: Bool = True
+    output_gate: Bool = False
+    latent_norm_eps: AnyFloat = 1e-6
+
+
+@node
 class ModelConfig:
     """Flat description of a decoder-only transformer (see docs/ir.md; every
     range in docs/validation.md)."""
@@ -82,6 +100,8 @@ class ModelConfig:
     layer_types: tuple[Word, ...] | None = None
     # Gemma 2's final-logit soft-capping: logits -> cap * tanh(logits / cap).
     final_logit_softcap: AnyFloat | None = None
+    # Multi-head latent attention; with it the default mixer is "mla".
+    mla: MLAConfig | None = None
 
     def __post_init__(self):
         if self.moe is None and self.first_k_dense:
@@ -110,7 +130,9 @@ class ModelConfig:
 
     def mixer(self, index: int) -> str:
         """The mixer of layer ``index``: its name in MIXERS."""
-        return "full_attention" if self.layer_types is None else self.layer_types[index]
+        if self.layer_types is not None:
+            return self.layer_types[index]
+        return "mla" if self.mla is not None else "full_attention"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

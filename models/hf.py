@@ -1,6 +1,7 @@
 """Import a Hugging Face ``config.json`` into a model card.
 
-Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, mixtral. Every key of
+Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, mixtral, and through
+their own importers (``_importers``) deepseek_v3 and kimi_k2. Every key of
 the file is either mapped to a card field, known to be harmless for inference
 (``hf_fields.HARMLESS_KEYS``), or reported: one ``ConfigError`` lists every
 unsupported key and value of the file. Families differ only by the rows of
@@ -59,6 +60,17 @@ DTYPES = {"bfloat16": "bfloat16", "float32": "float32"}
 _ROPE_KEYS = {"default": (), "linear": ("factor",),
               "llama3": ("factor", "low_freq_factor", "high_freq_factor",
                          "original_max_position_embeddings")}
+# YaRN, for the families whose import reads it (models/hf_deepseek.py).
+YARN_KEYS = {"yarn": ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                      "original_max_position_embeddings", "truncate")}
+
+
+def _importers() -> dict:
+    """model_type -> field importer, for families ``FAMILIES`` rows cannot
+    describe (each a function of the FieldReader giving card fields)."""
+    from megakernel.models import hf_deepseek
+
+    return hf_deepseek.IMPORTERS
 
 
 def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
@@ -72,13 +84,17 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
     r = FieldReader(data, source)
     model_type = r.get("model_type", str)
     family = FAMILIES.get(model_type)
-    if family is None:
+    importer = _importers().get(model_type)
+    if family is None and importer is None:
         raise ConfigError(f"model_type={shown(model_type)} is not supported; supported: "
-                          f"{sorted(FAMILIES)}", path=source)
-    fields = _dense_fields(r, family)
-    fields.update(_rope(r, family))
-    fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
-    fields.update(_moe(r, family, fields))
+                          f"{supported()}", path=source)
+    if importer is not None:
+        fields = importer(r)
+    else:
+        fields = _dense_fields(r, family)
+        fields.update(_rope(r, family.rope_theta))
+        fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
+        fields.update(_moe(r, family, fields))
     fields["dtype"] = _dtype(r, dtype)
     limit = r.get("max_position_embeddings", int, max_seq_len, low=1)
     fields["max_seq_len"] = min(max_seq_len, max_seq_len if limit is None else limit)
@@ -92,6 +108,11 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
         raise ConfigError(err.message, path=f"{source}: {err.path}" if err.path else source,
                           hint=err.hint) from None
     return card
+
+
+def supported() -> list[str]:
+    """Every model_type this module imports."""
+    return sorted({*FAMILIES, *_importers()})
 
 
 def _read(config) -> tuple[dict, str, str | None]:
@@ -138,8 +159,9 @@ def _dense_fields(r: FieldReader, f: Family) -> dict[str, Any]:
     return out
 
 
-def _rope(r: FieldReader, f: Family) -> dict[str, Any]:
-    """rope_theta and rope_scaling from the 4.x keys or the 5.x rope_parameters."""
+def _rope(r: FieldReader, default_theta: float, kinds: dict = _ROPE_KEYS) -> dict[str, Any]:
+    """rope_theta and rope_scaling from the 4.x keys or the 5.x rope_parameters;
+    ``kinds``: the rope types the family may use, with their keys."""
     theta_range = dict(low=limits.ROPE_THETA[0], high=limits.ROPE_THETA[1], open_low=True)
     theta = r.get("rope_theta", float, None, **theta_range)
     params = r.get("rope_parameters", dict, None)
@@ -156,13 +178,13 @@ def _rope(r: FieldReader, f: Family) -> dict[str, Any]:
         r.problem(key, f"rope_theta={inner_theta} differs from the top-level {theta}")
     # `is None`, not `or`: a 0 is a value (reported above), never a request for the default.
     given = [t for t in (inner_theta, theta) if t is not None]
-    out: dict[str, Any] = {"rope_theta": given[0] if given else f.rope_theta}
-    if kind not in _ROPE_KEYS:
+    out: dict[str, Any] = {"rope_theta": given[0] if given else default_theta}
+    if kind not in kinds:
         r.problem(pre + "rope_type", f"{shown(kind)} is not supported; supported: "
-                  f"{sorted(_ROPE_KEYS)} (yarn, dynamic, longrope etc. change the "
+                  f"{sorted(kinds)} (yarn, dynamic, longrope etc. change the "
                   "frequencies in ways the IR's Rope cannot express)")
         return out
-    allowed = {"rope_type", "type", "rope_theta", *_ROPE_KEYS[kind]}
+    allowed = {"rope_type", "type", "rope_theta", *kinds[kind]}
     for extra in sorted(set(p) - allowed):
         r.problem(pre + extra, f"={shown(p[extra])} is not supported for rope_type {kind!r}")
     if kind == "default":
@@ -176,6 +198,18 @@ def _rope(r: FieldReader, f: Family) -> dict[str, Any]:
         scale.update(low_freq_factor=get("low_freq_factor", 1.0, limits.ROPE_FREQ_FACTOR),
                      high_freq_factor=get("high_freq_factor", 4.0, limits.ROPE_FREQ_FACTOR),
                      original_max_position=omp)
+    if kind == "yarn":
+        # Hugging Face's defaults (_compute_yarn_parameters); an absent mscale
+        # is 0, which the IR reads as absent too.
+        omp = r.get("original_max_position_embeddings", int, REQUIRED, data=p, prefix=pre,
+                    low=1, high=limits.MAX_SEQ_LEN)
+        mscale = lambda k: r.get(k, float, 0.0, data=p, prefix=pre, low=0.0,  # noqa: E731
+                                 high=limits.MAX_SCALE)
+        scale.update(beta_fast=get("beta_fast", 32.0, limits.ROPE_FREQ_FACTOR),
+                     beta_slow=get("beta_slow", 1.0, limits.ROPE_FREQ_FACTOR),
+                     mscale=mscale("mscale"), mscale_all_dim=mscale("mscale_all_dim"),
+                     truncate=r.get("truncate", bool, True, data=p, prefix=pre),
+                     original_max_position=omp or 1)
     if scale["factor"] is None:
         r.problem(pre + "factor", "is required but missing")
         return out

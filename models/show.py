@@ -52,12 +52,16 @@ _SHORT = {"in_features": "in", "out_features": "out", "num_heads": "heads",
           "softmax_scale": "scale", "activation": "act"}
 
 
+# Fields whose value 1 means "off" (plain top-k routing).
+_OFF_AT_ONE = {"n_group", "topk_group"}
+
+
 def _op_text(op: Op) -> str:
     """``kind field=value ...``: fields that are off or unset left out, true
     flags shown by name alone."""
     parts = [op.kind]
     for k, v in op.to_dict().items():
-        if k == "kind" or v in (None, False, 0):
+        if k == "kind" or v in (None, False, 0) or (k in _OFF_AT_ONE and v == 1):
             continue
         if isinstance(v, dict):
             v = v["rope_type"]
