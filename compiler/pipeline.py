@@ -53,7 +53,7 @@ def plan_model(model: Model, *, target: "Target | str | None" = None, devices: i
         ep = options[candidates.index(best)]
         refined = _plan_one(model, target, request, ep, rounds=2, cache=caches[ep])
         best = min((best, refined), key=lambda p: p.cost.step_ms)
-    return _with_choices(best, candidates)
+    return _with_choices(best, candidates, model)
 
 
 def _plan_one(model: Model, target: Target, request, ep, *, rounds: int, cache: dict) -> Plan:
@@ -80,7 +80,7 @@ def _expert_parallel_options(model: Model, request) -> list:
     return moe_degrees(model, request.devices)
 
 
-def _with_choices(best: Plan, candidates: list[Plan]) -> Plan:
+def _with_choices(best: Plan, candidates: list[Plan], model: Model) -> Plan:
     import dataclasses
 
     choices = []
@@ -93,4 +93,16 @@ def _with_choices(best: Plan, candidates: list[Plan]) -> Plan:
                     f"kv_tile {g.kv_tile} (lowest modeled step time within the VMEM budget)"))
     for spec in best.collectives.specs:
         choices.append((spec.name, f"{spec.algorithm} ({spec.seconds * 1e6:.1f} us modeled)"))
+    choices += [c for notes in CHOICE_NOTES for c in notes(best, model)]
     return dataclasses.replace(best, choices=tuple(choices))
+
+
+def _mla_notes(plan: Plan, model: Model):
+    from megakernel.compiler.kind_mla import form_notes
+
+    return form_notes(plan, model)
+
+
+# Functions (plan, model) -> [(decision, why)] that explain choices op rules
+# made inside the stages (the MLA form of each MLA node).
+CHOICE_NOTES = [_mla_notes]

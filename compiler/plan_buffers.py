@@ -78,6 +78,7 @@ class OpCtx:
     rows_padded: int
     kv: tuple
     experts: tuple
+    target: object = None    # the Target (cost constants, for rules that choose by cost)
 
 
 VECTORS = "<vectors>"      # Binding.node of a stack's per-layer vector buffers
@@ -120,7 +121,7 @@ def _moe(cx: OpCtx, node) -> OpLayout:
 
 
 def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts,
-                  rows_p) -> tuple[tuple[Binding, ...], tuple[OpGeometry, ...]]:
+                  rows_p, target=None) -> tuple[tuple[Binding, ...], tuple[OpGeometry, ...]]:
     """Add every stack's buffers to ``table``; returns (bindings, geometries)."""
     index = {p.label: p.index for p in points}
     last = len(points) - 1
@@ -129,7 +130,7 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
     bindings, geometries, most_vectors = [], [], 0
     for st, ss in zip(model.stacks, shard.stacks):
         s = ss.stack
-        cx = OpCtx(model, ss, request, request.rows, rows_p, kv, experts)
+        cx = OpCtx(model, ss, request, request.rows, rows_p, kv, experts, target)
         for node in st.layer.nodes:
             at = index[f"s{s}.{node.name}"]
             layout = BUFFERS(node.op.kind, f"layers[{s}].{node.name}")(cx, node)

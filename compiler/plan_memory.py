@@ -237,7 +237,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
         table.add(sized("barrier", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "barrier_semaphore",
                         0, 0, "start handshake before the first remote copy", role="builtin"))
     bindings, geometries = layer_buffers(table, model, shard, request, points, kv, experts,
-                                         rows_p)
+                                         rows_p, target)
     _collective_buffers(table, specs, points)
     plan = MemoryPlan(g, rows, rows_p, points,
                       tuple(tuple(n.name for n in st.layer.nodes) for st in model.stacks),

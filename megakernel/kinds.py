@@ -16,3 +16,5 @@ from megakernel.compiler import kind_elementwise as _compiler_elementwise  # noq
 from megakernel.backends.pallas_tpu import kind_elementwise as _pallas_elementwise  # noqa: F401,E402
 from megakernel.ir import kind_mla  # noqa: F401,E402
 from megakernel.models import kind_mla as _models_mla  # noqa: F401,E402
+from megakernel.compiler import kind_mla as _compiler_mla  # noqa: F401,E402
+from megakernel.backends.pallas_tpu import kind_mla as _pallas_mla  # noqa: F401,E402

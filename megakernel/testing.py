@@ -276,10 +276,12 @@ def check_examples(model, *, examples: int = 10, devices: int = 1, max_batch: in
     return f"{len(seen)} drawn case(s) agree with the reference:\n  " + "\n  ".join(seen)
 
 
-def check_hf_fixture(folder, *, devices: int = 1) -> list[tuple[str, float]]:
+def check_hf_fixture(folder, *, devices: int = 1,
+                     overrides=None) -> list[tuple[str, float]]:
     """Decode a Hugging Face fixture (``tests/fixtures/hf/*``) through generated
     kernels: a T0-token prefill, then two 1-token steps, each compared with the
-    logits transformers wrote. Returns (step, max |err| / logit scale) pairs."""
+    logits transformers wrote. Returns (step, max |err| / logit scale) pairs.
+    ``overrides``: the planner's (e.g. ``{"mla_form": "expanded"}``)."""
     from pathlib import Path
 
     from megakernel.backends.pallas_tpu import run
@@ -300,7 +302,8 @@ def check_hf_fixture(folder, *, devices: int = 1) -> list[tuple[str, float]]:
     caches = {k: np.asarray(v) for k, v in reference.init_caches(model, b).items()}
     out = []
     for name, ids, start, expected in steps:
-        plan = plan_model(model, devices=devices, batch=b, tokens=ids.shape[1])
+        plan = plan_model(model, devices=devices, batch=b, tokens=ids.shape[1],
+                          overrides=overrides)
         runner = run.KernelRunner(_kernel_module(model, plan, None), model, plan, weights,
                                   run.make_mesh(devices), run.interpret_params())
         runner.set_caches(caches)

@@ -1,0 +1,329 @@
+"""In-kernel multi-head latent attention over the latent cache (called by the megakernel).
+
+Contract (the planner and the emitter use exactly these):
+
+``MLAGeometry(batch, tokens, rows_padded, heads, rank, nope_dim, rope_dim,
+v_dim, kv_tile, max_seq_len, scale, eps, rope, rope_factor, output_gate, form,
+cache_dtype, weight_dtype)`` - one MLA node on one core (``heads`` LOCAL to
+the core), chosen by the planner. L = rank + rope_dim values per cached token.
+
+``buffers(g)`` - by argument name (M = heads * rows_padded, RP = rows_padded):
+  tiles        (2, kv_tile, L) cache dtype     latent tile double buffer
+  tile_sems    DMA (2,)                        [slot]
+  window       (W, L) cache dtype              cache write window (read-modify-write)
+  window_sems  DMA (1,)
+  w_uk         (heads*dn, R) weight dtype      this core's W_UK, from the ring
+  w_uv         (R, heads*dv) weight dtype      this core's W_UV, from the ring
+``form`` "absorbed" adds
+  q_lat        (M, L) f32          [q_nope_h W_UK_h | q_pe_h] * scale, heads stacked in rows
+  m, l         (M, 1) f32          online softmax running max, denominator
+  acc, out     (M, R) f32          running / finished softmax-weighted latents
+``form`` "expanded" adds
+  q_nope       (heads, RP, dn) f32, q_pe (heads, RP, dr) f32   scaled query parts
+  m, l         (heads, RP, 1) f32; acc, out (heads, RP, dv) f32
+
+``attend(g, q, kv_a, gate, kv_norm, inv_freq, pos, cache, layer, start_ref,
+uk, uv, **buffers) -> [RP, heads*dv] f32`` - q [RP, heads*(dn+dr)] (this
+core's heads), kv_a [RP, L] (replicated), gate [RP, heads*dv] or None, kv_norm
+[1, R] f32, inv_freq [1, dr/2] f32 (None for NoPE), pos [RP, 1] int32, cache
+HBM ref [layers, batch, max_seq_len, L] (replicated: every core writes the same
+rows), layer traced int32, start_ref SMEM [batch], uk / uv the ring's values.
+Writes the new latent rows (c_kv normed, k_pe roped) at start[b]+t, then
+attends causally; padding rows give 0. Every DMA is waited before return.
+
+Two forms, the planner's choice (compiler/kind_mla.py): *absorbed* folds W_UK
+into the query and W_UV into the output, so attention is one-KV-head MQA with
+key width L and value width R over the latent tiles, all heads stacked along
+the rows of one matmul; *expanded* expands this core's heads' K and V from
+each tile (cheaper when few heads live on a core and the context is short).
+Math is f32 (HIGHEST), weights upcast, like the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from megakernel.backends.pallas_tpu import runtime as rt
+from megakernel.backends.pallas_tpu.attention import NEG, _row_of, row_align, window_rows
+from megakernel.compiler.buffers import Need, Space
+from megakernel.errors import PlanningError
+
+HI = jax.lax.Precision.HIGHEST
+FORMS = ("absorbed", "expanded")
+
+
+@dataclass(frozen=True)
+class MLAGeometry:
+    batch: int
+    tokens: int
+    rows_padded: int
+    heads: int
+    rank: int
+    nope_dim: int
+    rope_dim: int
+    v_dim: int
+    kv_tile: int
+    max_seq_len: int
+    scale: float
+    eps: float
+    rope: bool
+    rope_factor: float
+    output_gate: bool
+    form: str
+    cache_dtype: str
+    weight_dtype: str
+
+    def __post_init__(self):
+        checks = [
+            (self.rows_padded >= self.batch * self.tokens and self.rows_padded % 8 == 0,
+             f"rows_padded={self.rows_padded} must be a multiple of 8 holding "
+             f"batch*tokens={self.batch * self.tokens} rows"),
+            (self.max_seq_len % self.kv_tile == 0,
+             f"kv_tile={self.kv_tile} does not divide max_seq_len={self.max_seq_len}"),
+            (self.form in FORMS, f"form={self.form!r} is not one of {FORMS}"),
+            (self.rope_dim % 2 == 0, f"rope_dim={self.rope_dim} must be even"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise PlanningError(message, path="mla.geometry")
+
+    @property
+    def latent(self) -> int:
+        return self.rank + self.rope_dim
+
+    @property
+    def rows(self) -> int:
+        """Query rows of the absorbed form: every head's rows stacked."""
+        return self.heads * self.rows_padded
+
+
+def buffers(g: MLAGeometry) -> tuple[Need, ...]:
+    vmem, dma, f32 = Space.VMEM, Space.SEMAPHORE, "float32"
+    L, R, H, RP = g.latent, g.rank, g.heads, g.rows_padded
+    common = (
+        Need("tiles", vmem, (2, g.kv_tile, L), g.cache_dtype,
+             f"double buffer of {g.kv_tile}-token latent tiles (c_kv | k_pe)"),
+        Need("tile_sems", dma, (2,), "dma_semaphore", "[slot]"),
+        Need("window", vmem, (window_rows(g), L), g.cache_dtype,
+             "aligned latent rows around the new tokens (read-modify-write)"),
+        Need("window_sems", dma, (1,), "dma_semaphore", "window read/write"),
+        Need("w_uk", vmem, (H * g.nope_dim, R), g.weight_dtype, "this core's W_UK (ring)"),
+        Need("w_uv", vmem, (R, H * g.v_dim), g.weight_dtype, "this core's W_UV (ring)"),
+    )
+    if g.form == "absorbed":
+        M = g.rows
+        return common + (
+            Need("q_lat", vmem, (M, L), f32, "absorbed queries, heads stacked in rows"),
+            Need("m", vmem, (M, 1), f32, "online softmax running max"),
+            Need("l", vmem, (M, 1), f32, "online softmax denominator"),
+            Need("acc", vmem, (M, R), f32, "softmax-weighted latents, running"),
+            Need("out", vmem, (M, R), f32, "softmax-weighted latents, finished rows"),
+        )
+    return common + (
+        Need("q_nope", vmem, (H, RP, g.nope_dim), f32, "scaled q_nope per head"),
+        Need("q_pe", vmem, (H, RP, g.rope_dim), f32, "scaled, roped q_pe per head"),
+        Need("m", vmem, (H, RP, 1), f32, "online softmax running max"),
+        Need("l", vmem, (H, RP, 1), f32, "online softmax denominator"),
+        Need("acc", vmem, (H, RP, g.v_dim), f32, "online softmax numerator"),
+        Need("out", vmem, (H, RP, g.v_dim), f32, "finished rows of every sequence"),
+    )
+
+
+def _dot_t(a, b):
+    """a @ b.T in f32 (HIGHEST)."""
+    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), precision=HI,
+                               preferred_element_type=jnp.float32)
+
+
+def _dot(a, b):
+    return jnp.dot(a, b, precision=HI, preferred_element_type=jnp.float32)
+
+
+def _new_rows(g, q, kv_a, kv_norm, inv_freq, pos):
+    """(q_nope per head [RP, dn], q_pe per head [RP, dr] roped, latent rows
+    [RP, L]: c_kv normed | k_pe roped) of this step's tokens."""
+    R, dn, dr = g.rank, g.nope_dim, g.rope_dim
+
+    def roped(x):
+        if not g.rope:
+            return x
+        return rt.rope(x, pos, inv_freq, heads=1, head_dim=dr, rotary_dim=dr,
+                       factor=g.rope_factor)
+
+    c = kv_a[:, :R]
+    c = c * jax.lax.rsqrt(jnp.mean(c * c, axis=-1, keepdims=True) + g.eps) * kv_norm
+    latent = jnp.concatenate([c, roped(kv_a[:, R:])], axis=-1)
+    base = [h * (dn + dr) for h in range(g.heads)]
+    q_nope = [q[:, b:b + dn] for b in base]
+    q_pe = [roped(q[:, b + dn:b + dn + dr]) for b in base]
+    return q_nope, q_pe, latent
+
+
+def _write_latent(g, new, cache, layer, b, pos, win, wsem):
+    """Read-modify-write the aligned window holding rows pos..pos+T-1 of seq b
+    (a DMA into tiled HBM must start on a tile row)."""
+    wr, a, L = window_rows(g), row_align(g.cache_dtype), g.latent
+    if wr == g.max_seq_len:
+        w0 = 0
+    else:
+        w0 = pl.multiple_of(jnp.minimum((pos // a) * a, g.max_seq_len - wr), a)
+    read = pltpu.make_async_copy(cache.at[layer, b, pl.ds(w0, wr), :], win, wsem.at[0])
+    read.start()
+    read.wait()
+    wrow = jax.lax.broadcasted_iota(jnp.int32, (wr, L), 0)
+    nrow = jax.lax.broadcasted_iota(jnp.int32, (g.rows_padded, L), 0)
+    w = win[...].astype(jnp.float32)
+    for t in range(g.tokens):      # row b*T+t picked by a masked sum (exact)
+        row = jnp.sum(jnp.where(nrow == b * g.tokens + t, new, 0.0), axis=0, keepdims=True)
+        w = jnp.where(wrow == pos - w0 + t, row, w)
+    win[...] = w.astype(win.dtype)
+    back = pltpu.make_async_copy(win, cache.at[layer, b, pl.ds(w0, wr), :], wsem.at[0])
+    back.start()
+    back.wait()            # the tile reads below must see the new rows
+
+
+def _sequences(g, cache, layer, start_ref, new, bufs, begin, tile, finish):
+    """For each sequence b: write its new rows, then stream its valid tiles
+    (double-buffered) through ``tile(b, i, latent f32 [St, L], row ok
+    [St, 1], pos)``, with ``begin(b)`` before and ``finish(b)`` after."""
+    St, T = g.kv_tile, g.tokens
+    tiles, tsem = bufs["tiles"], bufs["tile_sems"]
+
+    def copy(b, i, slot):
+        s0 = pl.multiple_of(i * St, St)
+        return pltpu.make_async_copy(cache.at[layer, b, pl.ds(s0, St), :], tiles.at[slot],
+                                     tsem.at[slot])
+
+    row_ok_base = jax.lax.broadcasted_iota(jnp.int32, (St, 1), 0)
+
+    def seq_body(b, carry):
+        pos = start_ref[b]
+        _write_latent(g, new, cache, layer, b, pos, bufs["window"], bufs["window_sems"])
+        n_valid = pos + T
+        hi = (n_valid + St - 1) // St
+        copy(b, 0, 0).start()
+        begin(b)
+
+        def tile_body(i, c2):
+            slot = i % 2
+
+            @pl.when(i + 1 < hi)
+            def _():
+                copy(b, i + 1, 1 - slot).start()
+
+            copy(b, i, slot).wait()
+            ok = (i * St + row_ok_base) < n_valid   # rows past the end may hold anything
+            lat = jnp.where(ok, tiles[slot].astype(jnp.float32), 0.0)
+            tile(b, i, lat, pos)
+            return c2
+
+        jax.lax.fori_loop(0, hi, tile_body, 0)
+        finish(b)
+        return carry
+
+    jax.lax.fori_loop(0, g.batch, seq_body, 0)
+
+
+def _online(m_ref, l_ref, acc_ref, s, mask, value):
+    """One online-softmax step: scores s (masked), values ``value``."""
+    s = jnp.where(mask, s, NEG)
+    m_old = m_ref[...]
+    m_new = jnp.maximum(m_old, jnp.max(s, axis=-1, keepdims=True))
+    alpha = jnp.exp(m_old - m_new)
+    # explicit zero: a row with no visible key in this tile adds nothing
+    p = jnp.where(mask, jnp.exp(s - m_new), 0.0)
+    l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
+    acc_ref[...] = alpha * acc_ref[...] + _dot(p, value)
+    m_ref[...] = m_new
+
+
+def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
+    R, RP, T, St, M = g.rank, g.rows_padded, g.tokens, g.kv_tile, g.rows
+    dn, dv = g.nope_dim, g.v_dim
+    q_lat, m, l, acc, out = (bufs[k] for k in ("q_lat", "m", "l", "acc", "out"))
+    w_uk, w_uv = bufs["w_uk"], bufs["w_uv"]
+    for h in range(g.heads):       # q~_h = q_nope_h W_UK_h: this head's key in latent space
+        absorbed = _dot(q_nope[h], w_uk[pl.ds(h * dn, dn), :].astype(jnp.float32))
+        q_lat[pl.ds(h * RP, RP), :] = jnp.concatenate([absorbed, q_pe[h]], axis=-1) * g.scale
+    out[...] = jnp.zeros(out.shape, jnp.float32)
+    n_tile = _row_of((M, St), RP, g.heads)
+    n_out = _row_of((M, R), RP, g.heads)
+    col = jax.lax.broadcasted_iota(jnp.int32, (M, St), 1)
+
+    def begin(b):
+        m[...] = jnp.full(m.shape, NEG, jnp.float32)
+        l[...] = jnp.zeros(l.shape, jnp.float32)
+        acc[...] = jnp.zeros(acc.shape, jnp.float32)
+
+    def tile(b, i, lat, pos):
+        mine = (n_tile >= b * T) & (n_tile < b * T + T)
+        mask = mine & (i * St + col <= pos + n_tile - b * T)
+        _online(m, l, acc, _dot_t(q_lat[...], lat), mask, lat[:, :R])
+
+    def finish(b):
+        rows_b = (n_out >= b * T) & (n_out < b * T + T)
+        safe = jnp.where(l[...] > 0, l[...], 1.0)    # other sequences' rows have l == 0
+        out[...] = jnp.where(rows_b, acc[...] / safe, out[...])
+
+    _sequences(g, cache, layer, start_ref, new, bufs, begin, tile, finish)
+    # o_h = c^_h W_UV_h: back from latent space to this head's values
+    return [_dot(out[pl.ds(h * RP, RP), :], w_uv[:, pl.ds(h * dv, dv)].astype(jnp.float32))
+            for h in range(g.heads)]
+
+
+def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
+    R, RP, T, St = g.rank, g.rows_padded, g.tokens, g.kv_tile
+    dn, dv = g.nope_dim, g.v_dim
+    qn, qp, m, l, acc, out = (bufs[k] for k in ("q_nope", "q_pe", "m", "l", "acc", "out"))
+    w_uk, w_uv = bufs["w_uk"], bufs["w_uv"]
+    for h in range(g.heads):
+        qn[h] = q_nope[h] * g.scale
+        qp[h] = q_pe[h] * g.scale
+    out[...] = jnp.zeros(out.shape, jnp.float32)
+    n_tile = jax.lax.broadcasted_iota(jnp.int32, (RP, St), 0)
+    n_out = jax.lax.broadcasted_iota(jnp.int32, (RP, dv), 0)
+    col = jax.lax.broadcasted_iota(jnp.int32, (RP, St), 1)
+
+    def begin(b):
+        m[...] = jnp.full(m.shape, NEG, jnp.float32)
+        l[...] = jnp.zeros(l.shape, jnp.float32)
+        acc[...] = jnp.zeros(acc.shape, jnp.float32)
+
+    def tile(b, i, lat, pos):
+        mine = (n_tile >= b * T) & (n_tile < b * T + T)
+        mask = mine & (i * St + col <= pos + n_tile - b * T)
+        c_kv, k_pe = lat[:, :R], lat[:, R:]
+        for h in range(g.heads):       # this head's K and V, expanded from the tile
+            k_nope = _dot_t(c_kv, w_uk[pl.ds(h * dn, dn), :].astype(jnp.float32))
+            v = _dot(c_kv, w_uv[:, pl.ds(h * dv, dv)].astype(jnp.float32))
+            s = _dot_t(qn[h], k_nope) + _dot_t(qp[h], k_pe)
+            _online(m.at[h], l.at[h], acc.at[h], s, mask, v)
+
+    def finish(b):
+        rows_b = (n_out >= b * T) & (n_out < b * T + T)
+        for h in range(g.heads):
+            lh = l[h]
+            safe = jnp.where(lh > 0, lh, 1.0)
+            out[h] = jnp.where(rows_b, acc[h] / safe, out[h])
+
+    _sequences(g, cache, layer, start_ref, new, bufs, begin, tile, finish)
+    return [out[h] for h in range(g.heads)]
+
+
+def attend(g: MLAGeometry, q, kv_a, gate, kv_norm, inv_freq, pos, cache, layer, start_ref,
+           uk, uv, **bufs):
+    bufs["w_uk"][...] = uk.astype(bufs["w_uk"].dtype)
+    bufs["w_uv"][...] = uv.astype(bufs["w_uv"].dtype)
+    q_nope, q_pe, new = _new_rows(g, q, kv_a, kv_norm, inv_freq, pos)
+    form = _absorbed if g.form == "absorbed" else _expanded
+    heads = form(g, q_nope, q_pe, new, cache, layer, start_ref, bufs)
+    o = jnp.concatenate(heads, axis=-1) if len(heads) > 1 else heads[0]
+    if g.output_gate:
+        o = o * jax.nn.sigmoid(gate)
+    rows = jax.lax.broadcasted_iota(jnp.int32, o.shape, 0)
+    return jnp.where(rows < g.batch * g.tokens, o, 0.0)
