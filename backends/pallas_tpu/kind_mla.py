@@ -1,6 +1,7 @@
-"""Emitter of multi-head latent attention: W_UK and W_UV from the ring, then
-the kernel library's ``attend`` (backends/pallas_tpu/mla.py) with the plan's
-buffers, the latent cache operand and the rope table."""
+"""Emitter of multi-head latent attention: W_UK and W_UV from the ring into
+the library's buffers, then the kernel library's ``attend``
+(backends/pallas_tpu/mla.py) with the plan's buffers, the latent cache
+operand and the rope table."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ def _mla(c: StackCtx, n) -> list[str]:
     gate = v(n.inputs[2]) if op.output_gate else "None"
     cache = mem.buffer(f"hbm.s{c.s}.{n.name}.latent").ident
     table = f"{mem.buffer(f's{c.s}.{n.name}.inv_freq').ident}[...]" if op.rope else "None"
+    bound = mem.bound(c.s, n.name)
     lines = []
-    for var, part in (("uk", "w_uk"), ("uv", "w_uv")):   # stream order: W_UK, then W_UV
+    for part in ("w_uk", "w_uv"):         # stream order: W_UK, then W_UV, into their buffers
         first, count = c.tiles_of(f"{n.name}.{part}")
-        lines.append(f"{var} = rt.ring_matrix(stream, {literal(c.s)}, k, "
-                     f"S{c.s}_TILES.tiles[{first}:{first + count}], first={literal(first)})")
+        lines.append(f"rt.ring_to_ref(stream, {literal(c.s)}, k, "
+                     f"S{c.s}_TILES.tiles[{first}:{first + count}], first={literal(first)}, "
+                     f"dst={mem.buffer(bound[part]).ident})")
     lib = c.library("mla")
     lines.append(f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
-                 f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {cache}, k, start_pos, uk, uv, "
+                 f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {cache}, k, start_pos, "
                  f"{c.buffers(n.name)})")
     return lines

@@ -23,13 +23,17 @@ the core), chosen by the planner. L = rank + rope_dim values per cached token.
   m, l         (heads, RP, 1) f32; acc, out (heads, RP, dv) f32
 
 ``attend(g, q, kv_a, gate, kv_norm, inv_freq, pos, cache, layer, start_ref,
-uk, uv, **buffers) -> [RP, heads*dv] f32`` - q [RP, heads*(dn+dr)] (this
+**buffers) -> [RP, heads*dv] f32`` - q [RP, heads*(dn+dr)] (this
 core's heads), kv_a [RP, L] (replicated), gate [RP, heads*dv] or None, kv_norm
 [1, R] f32, inv_freq [1, dr/2] f32 (None for NoPE), pos [RP, 1] int32, cache
 HBM ref [layers, batch, max_seq_len, L] (replicated: every core writes the same
-rows), layer traced int32, start_ref SMEM [batch], uk / uv the ring's values.
+rows), layer traced int32, start_ref SMEM [batch]; the w_uk / w_uv buffers hold
+this layer's weights already (the emitter copies them from the ring).
 Writes the new latent rows (c_kv normed, k_pe roped) at start[b]+t, then
 attends causally; padding rows give 0. Every DMA is waited before return.
+Each latent tile is read in chunks of ``CHUNK`` rows: the f32 copy of a chunk
+is the largest value the kernel holds (640 KiB at DeepSeek's L = 576), which
+keeps Mosaic's own VMEM use near the plan's.
 
 Two forms, the planner's choice (compiler/kind_mla.py): *absorbed* folds W_UK
 into the query and W_UV into the output, so attention is one-KV-head MQA with
@@ -55,6 +59,7 @@ from megakernel.errors import PlanningError
 
 HI = jax.lax.Precision.HIGHEST
 FORMS = ("absorbed", "expanded")
+CHUNK = 256      # latent tile rows upcast and attended at once
 
 
 @dataclass(frozen=True)
@@ -187,11 +192,13 @@ def _write_latent(g, new, cache, layer, b, pos, win, wsem):
     back.wait()            # the tile reads below must see the new rows
 
 
-def _sequences(g, cache, layer, start_ref, new, bufs, begin, tile, finish):
+def _sequences(g, cache, layer, start_ref, new, bufs, begin, chunk, finish):
     """For each sequence b: write its new rows, then stream its valid tiles
-    (double-buffered) through ``tile(b, i, latent f32 [St, L], row ok
-    [St, 1], pos)``, with ``begin(b)`` before and ``finish(b)`` after."""
+    (double-buffered) in chunks through ``chunk(b, k0, latent f32 [n, L], pos)``
+    (k0: the chunk's first key position), with ``begin(b)`` before and
+    ``finish(b)`` after."""
     St, T = g.kv_tile, g.tokens
+    n = min(CHUNK, St)
     tiles, tsem = bufs["tiles"], bufs["tile_sems"]
 
     def copy(b, i, slot):
@@ -199,7 +206,7 @@ def _sequences(g, cache, layer, start_ref, new, bufs, begin, tile, finish):
         return pltpu.make_async_copy(cache.at[layer, b, pl.ds(s0, St), :], tiles.at[slot],
                                      tsem.at[slot])
 
-    row_ok_base = jax.lax.broadcasted_iota(jnp.int32, (St, 1), 0)
+    row = jax.lax.broadcasted_iota(jnp.int32, (n, 1), 0)
 
     def seq_body(b, carry):
         pos = start_ref[b]
@@ -217,9 +224,15 @@ def _sequences(g, cache, layer, start_ref, new, bufs, begin, tile, finish):
                 copy(b, i + 1, 1 - slot).start()
 
             copy(b, i, slot).wait()
-            ok = (i * St + row_ok_base) < n_valid   # rows past the end may hold anything
-            lat = jnp.where(ok, tiles[slot].astype(jnp.float32), 0.0)
-            tile(b, i, lat, pos)
+            for r0 in range(0, St, n):
+                k0 = i * St + r0
+
+                @pl.when(k0 < n_valid)      # a chunk wholly past the end adds nothing
+                def _():
+                    # rows past the valid end may hold anything (NaN in strict mode)
+                    lat = jnp.where(k0 + row < n_valid,
+                                    tiles[slot, pl.ds(r0, n), :].astype(jnp.float32), 0.0)
+                    chunk(b, k0, lat, pos)
             return c2
 
         jax.lax.fori_loop(0, hi, tile_body, 0)
@@ -251,18 +264,19 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         absorbed = _dot(q_nope[h], w_uk[pl.ds(h * dn, dn), :].astype(jnp.float32))
         q_lat[pl.ds(h * RP, RP), :] = jnp.concatenate([absorbed, q_pe[h]], axis=-1) * g.scale
     out[...] = jnp.zeros(out.shape, jnp.float32)
-    n_tile = _row_of((M, St), RP, g.heads)
+    n = min(CHUNK, St)
+    n_tile = _row_of((M, n), RP, g.heads)
     n_out = _row_of((M, R), RP, g.heads)
-    col = jax.lax.broadcasted_iota(jnp.int32, (M, St), 1)
+    col = jax.lax.broadcasted_iota(jnp.int32, (M, n), 1)
 
     def begin(b):
         m[...] = jnp.full(m.shape, NEG, jnp.float32)
         l[...] = jnp.zeros(l.shape, jnp.float32)
         acc[...] = jnp.zeros(acc.shape, jnp.float32)
 
-    def tile(b, i, lat, pos):
+    def chunk(b, k0, lat, pos):
         mine = (n_tile >= b * T) & (n_tile < b * T + T)
-        mask = mine & (i * St + col <= pos + n_tile - b * T)
+        mask = mine & (k0 + col <= pos + n_tile - b * T)
         _online(m, l, acc, _dot_t(q_lat[...], lat), mask, lat[:, :R])
 
     def finish(b):
@@ -270,7 +284,7 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         safe = jnp.where(l[...] > 0, l[...], 1.0)    # other sequences' rows have l == 0
         out[...] = jnp.where(rows_b, acc[...] / safe, out[...])
 
-    _sequences(g, cache, layer, start_ref, new, bufs, begin, tile, finish)
+    _sequences(g, cache, layer, start_ref, new, bufs, begin, chunk, finish)
     # o_h = c^_h W_UV_h: back from latent space to this head's values
     return [_dot(out[pl.ds(h * RP, RP), :], w_uv[:, pl.ds(h * dv, dv)].astype(jnp.float32))
             for h in range(g.heads)]
@@ -285,18 +299,19 @@ def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         qn[h] = q_nope[h] * g.scale
         qp[h] = q_pe[h] * g.scale
     out[...] = jnp.zeros(out.shape, jnp.float32)
-    n_tile = jax.lax.broadcasted_iota(jnp.int32, (RP, St), 0)
+    n = min(CHUNK, St)
+    n_tile = jax.lax.broadcasted_iota(jnp.int32, (RP, n), 0)
     n_out = jax.lax.broadcasted_iota(jnp.int32, (RP, dv), 0)
-    col = jax.lax.broadcasted_iota(jnp.int32, (RP, St), 1)
+    col = jax.lax.broadcasted_iota(jnp.int32, (RP, n), 1)
 
     def begin(b):
         m[...] = jnp.full(m.shape, NEG, jnp.float32)
         l[...] = jnp.zeros(l.shape, jnp.float32)
         acc[...] = jnp.zeros(acc.shape, jnp.float32)
 
-    def tile(b, i, lat, pos):
+    def chunk(b, k0, lat, pos):
         mine = (n_tile >= b * T) & (n_tile < b * T + T)
-        mask = mine & (i * St + col <= pos + n_tile - b * T)
+        mask = mine & (k0 + col <= pos + n_tile - b * T)
         c_kv, k_pe = lat[:, :R], lat[:, R:]
         for h in range(g.heads):       # this head's K and V, expanded from the tile
             k_nope = _dot_t(c_kv, w_uk[pl.ds(h * dn, dn), :].astype(jnp.float32))
@@ -311,14 +326,12 @@ def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
             safe = jnp.where(lh > 0, lh, 1.0)
             out[h] = jnp.where(rows_b, acc[h] / safe, out[h])
 
-    _sequences(g, cache, layer, start_ref, new, bufs, begin, tile, finish)
+    _sequences(g, cache, layer, start_ref, new, bufs, begin, chunk, finish)
     return [out[h] for h in range(g.heads)]
 
 
 def attend(g: MLAGeometry, q, kv_a, gate, kv_norm, inv_freq, pos, cache, layer, start_ref,
-           uk, uv, **bufs):
-    bufs["w_uk"][...] = uk.astype(bufs["w_uk"].dtype)
-    bufs["w_uv"][...] = uv.astype(bufs["w_uv"].dtype)
+           **bufs):
     q_nope, q_pe, new = _new_rows(g, q, kv_a, kv_norm, inv_freq, pos)
     form = _absorbed if g.form == "absorbed" else _expanded
     heads = form(g, q_nope, q_pe, new, cache, layer, start_ref, bufs)
