@@ -32,10 +32,20 @@ from megakernel.ir import limits
 from megakernel.ir.config import MLAConfig, MoEConfig
 from megakernel.models.hf_fields import REQUIRED, FieldReader
 
-# Keys of these families that never change the decode maths: training-only
-# losses, expert-parallel layout hints and the remote-code map (never run).
-HARMLESS = ("aux_loss_alpha", "seq_aux", "ep_size", "auto_map", "num_nextn_predict_layers",
-            "num_mtp_layers", "rope_interleave", "head_dim", "qk_head_dim")
+def _harmless(r: FieldReader) -> None:
+    """Keys that never change the decode maths, type-checked all the same:
+    training-only losses, an expert-parallel layout hint, the remote-code map
+    (never run), the multi-token-prediction layers (left out), and
+    rope_interleave (the loader's weight permutation reads it)."""
+    r.get("aux_loss_alpha", float, None, low=0.0, high=1e3)
+    r.get("seq_aux", bool, None)
+    r.get("ep_size", int, None, low=1, high=limits.MAX_EXPERTS)
+    for key in ("num_nextn_predict_layers", "num_mtp_layers"):
+        r.get(key, int, None, low=0, high=64)
+    r.get("rope_interleave", bool, None)
+    code = r.get("auto_map", dict, None)
+    if code is not None and not all(isinstance(v, str) for v in code.values()):
+        r.problem("auto_map", "should map names to module paths (strings)")
 
 
 def import_fields(r: FieldReader) -> dict[str, Any]:
@@ -80,17 +90,16 @@ def import_fields(r: FieldReader) -> dict[str, Any]:
     if fields.get("rope_scaling", {}).get("rope_type", "yarn") != "yarn":
         r.problem("rope_scaling", "only default and yarn rope are supported for MLA")
         fields.pop("rope_scaling")
-    fields.update(_routing(r, fields.get("num_layers") or 0,
-                           fields.get("intermediate_size") or 1))
+    fields.update(_routing(r, fields.get("num_layers") or 0))
     if r.get("quantization_config", dict, None) is not None:
         r.problem("quantization_config", "quantized (fp8 block) checkpoints are not supported "
                   "yet: they wait for the quantized weight formats (issue 13); a bf16 "
                   "conversion of the checkpoint imports")
-    r.mark_used(*HARMLESS)
+    _harmless(r)
     return fields
 
 
-def _routing(r: FieldReader, layers: int, intermediate: int) -> dict[str, Any]:
+def _routing(r: FieldReader, layers: int) -> dict[str, Any]:
     """DeepSeek's MoE: the card's moe block and first_k_dense (HF: layer i is MoE
     iff i >= first_k_dense_replace; moe_layer_freq must be 1)."""
     experts = r.get("n_routed_experts", int, None, low=1, high=limits.MAX_EXPERTS)
@@ -113,7 +122,6 @@ def _routing(r: FieldReader, layers: int, intermediate: int) -> dict[str, Any]:
     renorm = r.get("norm_topk_prob", bool, True)
     if experts is None or first >= layers:
         return {}
-    del intermediate     # dense layers use the card's intermediate_size
     return {"moe": MoEConfig(experts, top_k, width, "sigmoid", correction_bias=True,
                              renormalize=renorm, routed_scaling=scaling or 1.0,
                              num_shared_experts=shared, shared_intermediate=width if shared else 0,
