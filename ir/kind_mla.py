@@ -122,6 +122,13 @@ def _mla_block(c, b, x: str) -> str:
         raise IRError("the mixer is 'mla' but the card has no mla block", path="mla",
                       hint="add an mla block (kv_lora_rank, qk_nope_head_dim, "
                            "qk_rope_head_dim, v_head_dim)")
+    # Card fields of GQA attention that MLA has no place for: refused, not ignored.
+    unused = {"qk_norm": c.qk_norm, "rotary_dim": c.rotary_dim,
+              "sliding_window": c.sliding_window if c.layer_types is None else None}
+    for field, value in unused.items():
+        if value:
+            raise IRError(f"{field}={value} does not apply to MLA layers", path=field,
+                          hint=f"remove {field}, or give layer_types with attention layers")
     h, heads = c.hidden_size, c.num_q_heads
     dn, dr, dv, r = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
     hn = b.add("input_norm", lambda: RMSNorm(h, c.norm_eps, c.norm_offset), (x,), "h_attn")

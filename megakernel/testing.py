@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from megakernel.ir.config import MoEConfig, ModelConfig
+from megakernel.ir.config import MLAConfig, MoEConfig, ModelConfig
 
 
 @st.composite
@@ -40,11 +40,25 @@ def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
 
 
 @st.composite
+def mla_blocks(draw) -> MLAConfig:
+    """Multi-head latent attention dims that tile: latent rank, nope / rope /
+    value widths (value width independent of the key's), q LoRA or not, NoPE,
+    output gate."""
+    return MLAConfig(kv_lora_rank=draw(st.sampled_from([64, 128])),
+                     qk_nope_head_dim=draw(st.sampled_from([32, 64])),
+                     qk_rope_head_dim=draw(st.sampled_from([16, 32])),
+                     v_head_dim=draw(st.sampled_from([32, 48, 64])),
+                     q_lora_rank=draw(st.sampled_from([0, 64])),
+                     rope=draw(st.booleans()), output_gate=draw(st.booleans()))
+
+
+@st.composite
 def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512),
                   moe: bool | None = None, dtype: str | None = None,
-                  cores: int = 1) -> ModelConfig:
+                  cores: int = 1, mla: bool | None = False) -> ModelConfig:
     """A valid card: dense or MoE (``moe=None`` draws either), 1..max_layers layers,
-    with query heads that split evenly over ``cores`` TensorCores."""
+    with query heads that split evenly over ``cores`` TensorCores; with
+    multi-head latent attention when ``mla`` (None draws either)."""
     hidden = draw(st.sampled_from(hidden_sizes))
     kv_heads = draw(st.sampled_from([1, 2, 4]))
     q_heads = draw(st.sampled_from([kv_heads * g for g in (1, 2, 4, 8)
@@ -61,6 +75,13 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
                                     {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
                                      "beta_slow": 1.0, "original_max_position": 16,
                                      "mscale": 1.0, "mscale_all_dim": 0.5}]))
+    latent = draw(mla_blocks()) if (draw(st.booleans()) if mla is None else mla) else None
+    if latent is not None:       # fields of GQA attention that MLA layers refuse
+        rotary, qk_norm, window = 0, False, None
+        scaling = scaling if latent.rope else None
+    else:
+        qk_norm = draw(st.booleans())
+        window = draw(st.sampled_from([None, 4, 16]))
     return ModelConfig(
         name="drawn",
         vocab_size=draw(st.sampled_from([256, 512])),
@@ -77,13 +98,14 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
         rotary_dim=rotary,
         rope_scaling=scaling,
         qkv_bias=draw(st.booleans()),
-        qk_norm=draw(st.booleans()),
-        sliding_window=draw(st.sampled_from([None, 4, 16])),
+        qk_norm=qk_norm,
+        sliding_window=window,
         tie_embeddings=draw(st.booleans()),
         dtype=dtype or draw(st.sampled_from(["float32", "bfloat16"])),
         max_seq_len=64,
         moe=moe_cfg,
         first_k_dense=first_k_dense,
+        mla=latent,
     )
 
 

@@ -162,7 +162,8 @@ def test_a_string_of_code_in_the_mla_block_is_refused(field):
 
 
 def test_an_mla_card_ir_file_refuses_code_in_every_mla_field():
-    card = {**_card(), "mla": MLA_BLOCK, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    card = {**_card(), "mla": MLA_BLOCK, "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+            "sliding_window": None}
     doc = json.loads(model_to_json(build(card_from_json(json.dumps(card)))))
     paths = [p for p in _ir_paths(doc) if "op" in p[0] and p[0][-1] != "kind"]
     mla = [p for p in paths if doc["layer_defs"][p[0][1]]["nodes"][p[0][3]]["op"]["kind"]
