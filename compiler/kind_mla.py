@@ -126,7 +126,7 @@ def _buffers(cx, node) -> OpLayout:
         scale=op.softmax_scale, eps=op.kv_norm_eps, rope=op.rope,
         rope_factor=op.attention_factor, output_gate=op.output_gate, form=form,
         cache_dtype=kv.dtype, weight_dtype=weights[f"{node.name}.w_uk"].dtype)
-    return OpLayout("mla", g, mla.buffers(g), Kind.KV_TILES)
+    return OpLayout("mla", g, mla.buffers(g), Kind.KV_TILES, mla.value_bytes(g))
 
 
 @COST.register("mla")

@@ -67,3 +67,22 @@ def smem_bytes(shape: tuple[int, ...], dtype: "DType | str" = "int32") -> int:
 
 def mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
+
+
+# What Mosaic keeps in VMEM beyond the buffers a kernel declares: the values the
+# kernel computes on, when they do not fit the 64 vector registers. The plan
+# counts them as MemoryPlan.values_bytes = VALUES_BASE + WEIGHT_CHUNK_BYTES +
+# VALUES_SPILLED x the most any op holds with the tensors live around it
+# (plan_buffers.layer_buffers, the kernel libraries' value_bytes).
+#
+# WEIGHT_CHUNK_BYTES: weight bytes one MXU pass loads (runtime.matmul_ref). The
+# compiler hoists the loads of a tile's chunks ahead of their dots and keeps
+# them in VMEM: measured with libtpu 0.0.51 on qwen3-32b/8 (tiles folded into 25
+# pieces), 64 KiB chunks compile to 1.5 MiB above the declared buffers, 128 and
+# 256 KiB chunks to 4.2 MiB. VALUES_BASE: the smallest kernels (tiny-dense on 2
+# cores, tiny-moe on 4) compile to 0.27 and 0.31 MiB above what they declare.
+# VALUES_SPILLED: fitted over the zoo at batch 1 (docs/planner.md has the
+# table): the compiled figure is then within 1 MiB of the plan for every model.
+WEIGHT_CHUNK_BYTES = 64 * 1024
+VALUES_BASE = 320 * 1024
+VALUES_SPILLED = 0.5

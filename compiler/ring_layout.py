@@ -14,6 +14,7 @@ widest tile's pieces.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from megakernel.compiler.layout import padded_bytes
@@ -43,6 +44,7 @@ class RingLayout:
     bank_rows: int
     bank_cols: int
     aux: tuple[tuple[int, int], ...]     # (rows, cols) of each auxiliary ring
+    max_pieces: int                      # most pieces of one tile: semaphores per bank
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -55,6 +57,10 @@ class RingLayout:
     def nbytes(self) -> int:
         return padded_bytes(self.shape, self.dtype) + sum(
             padded_bytes(self.aux_shape(i), self.dtype) for i in range(len(self.aux)))
+
+    def pieces(self, tile) -> int:
+        """Column pieces a tile is folded into (each its own DMA and semaphore)."""
+        return 1 if self.bank_of(tile) else -(-tile.view[1] // self.bank_cols)
 
     def bank_of(self, tile) -> int:
         """0: the main banks; i > 0: auxiliary ring i - 1."""
@@ -70,4 +76,5 @@ def ring_layout(stream) -> RingLayout:
     main = [t for t in tiles if aligned(t)] or tiles
     rows, cols = _bank_rows_cols(main)
     aux = tuple(dict.fromkeys((t.rows, t.cols) for t in tiles if not aligned(t)))
-    return RingLayout(stream.num_banks, dtypes[0], rows, cols, aux)
+    layout = RingLayout(stream.num_banks, dtypes[0], rows, cols, aux, 1)
+    return dataclasses.replace(layout, max_pieces=max(layout.pieces(t) for t in tiles))

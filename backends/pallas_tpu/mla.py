@@ -31,16 +31,20 @@ rows), layer traced int32, start_ref SMEM [batch]; the w_uk / w_uv buffers hold
 this layer's weights already (the emitter copies them from the ring).
 Writes the new latent rows (c_kv normed, k_pe roped) at start[b]+t, then
 attends causally; padding rows give 0. Every DMA is waited before return.
-Each latent tile is read in chunks of ``CHUNK`` rows: the f32 copy of a chunk
-is the largest value the kernel holds (640 KiB at DeepSeek's L = 576), which
-keeps Mosaic's own VMEM use near the plan's.
+
+``value_bytes(g)`` - the values ``attend`` holds at its peak, which Mosaic
+keeps in VMEM beside the declared buffers (``MemoryPlan.values_bytes``). Each
+latent tile is read in chunks of ``chunk_rows(g)`` keys, and masks are made
+per chunk rather than hoisted, to bound them.
 
 Two forms, the planner's choice (compiler/kind_mla.py): *absorbed* folds W_UK
 into the query and W_UV into the output, so attention is one-KV-head MQA with
 key width L and value width R over the latent tiles, all heads stacked along
 the rows of one matmul; *expanded* expands this core's heads' K and V from
-each tile (cheaper when few heads live on a core and the context is short).
-Math is f32 (HIGHEST), weights upcast, like the reference.
+each chunk (cheaper when few heads live on a core and the context is short).
+Math is f32 (HIGHEST) like the reference; the expanded form multiplies the
+cached c_kv by the weights in their own dtype with f32 accumulation, which is
+exactly the reference's expansion.
 """
 
 from __future__ import annotations
@@ -55,13 +59,18 @@ from jax.experimental.pallas import tpu as pltpu
 from megakernel.backends.pallas_tpu import runtime as rt
 from megakernel.backends.pallas_tpu.attention import NEG, _row_of, row_align, window_rows
 from megakernel.compiler.buffers import Need, Space
+from megakernel.compiler.layout import LANES, round_up
+from megakernel.compiler.plan_json import GEOMETRIES
 from megakernel.errors import PlanningError
 
 HI = jax.lax.Precision.HIGHEST
 FORMS = ("absorbed", "expanded")
-CHUNK = 256      # latent tile rows upcast and attended at once
+# f32 bytes of one chunk of latent rows (lanes padded): the largest value the
+# kernel makes from a tile. 256 KiB is 64 keys at DeepSeek's L = 576.
+CHUNK_BYTES = 256 * 1024
 
 
+@GEOMETRIES.register("mla")
 @dataclass(frozen=True)
 class MLAGeometry:
     batch: int
@@ -105,6 +114,33 @@ class MLAGeometry:
     def rows(self) -> int:
         """Query rows of the absorbed form: every head's rows stacked."""
         return self.heads * self.rows_padded
+
+    @property
+    def qk_dim(self) -> int:
+        return self.nope_dim + self.rope_dim
+
+
+def chunk_rows(g: MLAGeometry) -> int:
+    """Keys attended at once: the largest power of two dividing the tile whose
+    f32 latent rows fit ``CHUNK_BYTES`` (at least 16)."""
+    n = g.kv_tile
+    while n > 16 and (n * round_up(g.latent, LANES) * 4 > CHUNK_BYTES or g.kv_tile % n):
+        n //= 2
+    return n
+
+
+def value_bytes(g: MLAGeometry) -> int:
+    """Bytes of values ``attend`` holds at its peak: one f32 latent chunk, its
+    scores and masks (~6 arrays of [rows, keys]), and per form the query
+    block (absorbed: q_lat and one head's f32 W_UK or W_UV) or one head's K, V
+    and query parts (expanded)."""
+    n, lp, rp = chunk_rows(g), round_up(g.latent, LANES), g.rows_padded
+    if g.form == "absorbed":
+        rows = g.rows
+        head = g.rank * round_up(max(g.nope_dim, g.v_dim), LANES)
+        return 4 * (n * lp + 6 * rows * n + 2 * rows * lp + head)
+    kv = n * (round_up(g.nope_dim, LANES) + round_up(g.v_dim, LANES))
+    return 4 * (n * lp + kv + 6 * rp * n + 2 * rp * round_up(g.qk_dim, LANES))
 
 
 def buffers(g: MLAGeometry) -> tuple[Need, ...]:
@@ -194,19 +230,17 @@ def _write_latent(g, new, cache, layer, b, pos, win, wsem):
 
 def _sequences(g, cache, layer, start_ref, new, bufs, begin, chunk, finish):
     """For each sequence b: write its new rows, then stream its valid tiles
-    (double-buffered) in chunks through ``chunk(b, k0, latent f32 [n, L], pos)``
-    (k0: the chunk's first key position), with ``begin(b)`` before and
-    ``finish(b)`` after."""
+    (double-buffered) in chunks through ``chunk(b, k0, latent [n, L], pos)``
+    (cache dtype, rows past the end zeroed; k0: the chunk's first key
+    position), with ``begin(b)`` before and ``finish(b)`` after."""
     St, T = g.kv_tile, g.tokens
-    n = min(CHUNK, St)
+    n = chunk_rows(g)
     tiles, tsem = bufs["tiles"], bufs["tile_sems"]
 
     def copy(b, i, slot):
         s0 = pl.multiple_of(i * St, St)
         return pltpu.make_async_copy(cache.at[layer, b, pl.ds(s0, St), :], tiles.at[slot],
                                      tsem.at[slot])
-
-    row = jax.lax.broadcasted_iota(jnp.int32, (n, 1), 0)
 
     def seq_body(b, carry):
         pos = start_ref[b]
@@ -224,15 +258,23 @@ def _sequences(g, cache, layer, start_ref, new, bufs, begin, chunk, finish):
                 copy(b, i + 1, 1 - slot).start()
 
             copy(b, i, slot).wait()
-            for r0 in range(0, St, n):
+
+            # A rolled loop over the tile's chunks: one copy of the chunk's code
+            # whatever the tile size (compile time), and a chunk wholly past
+            # the end of the sequence is skipped.
+            def chunk_body(c, c3):
+                r0 = pl.multiple_of(c * n, n)
                 k0 = i * St + r0
 
-                @pl.when(k0 < n_valid)      # a chunk wholly past the end adds nothing
+                @pl.when(k0 < n_valid)
                 def _():
                     # rows past the valid end may hold anything (NaN in strict mode)
-                    lat = jnp.where(k0 + row < n_valid,
-                                    tiles[slot, pl.ds(r0, n), :].astype(jnp.float32), 0.0)
+                    row = jax.lax.broadcasted_iota(jnp.int32, (n, 1), 0)
+                    lat = jnp.where(k0 + row < n_valid, tiles[slot, pl.ds(r0, n), :], 0)
                     chunk(b, k0, lat, pos)
+                return c3
+
+            jax.lax.fori_loop(0, St // n, chunk_body, 0)
             return c2
 
         jax.lax.fori_loop(0, hi, tile_body, 0)
@@ -256,7 +298,7 @@ def _online(m_ref, l_ref, acc_ref, s, mask, value):
 
 
 def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
-    R, RP, T, St, M = g.rank, g.rows_padded, g.tokens, g.kv_tile, g.rows
+    R, RP, T, M = g.rank, g.rows_padded, g.tokens, g.rows
     dn, dv = g.nope_dim, g.v_dim
     q_lat, m, l, acc, out = (bufs[k] for k in ("q_lat", "m", "l", "acc", "out"))
     w_uk, w_uv = bufs["w_uk"], bufs["w_uv"]
@@ -264,10 +306,7 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         absorbed = _dot(q_nope[h], w_uk[pl.ds(h * dn, dn), :].astype(jnp.float32))
         q_lat[pl.ds(h * RP, RP), :] = jnp.concatenate([absorbed, q_pe[h]], axis=-1) * g.scale
     out[...] = jnp.zeros(out.shape, jnp.float32)
-    n = min(CHUNK, St)
-    n_tile = _row_of((M, n), RP, g.heads)
-    n_out = _row_of((M, R), RP, g.heads)
-    col = jax.lax.broadcasted_iota(jnp.int32, (M, n), 1)
+    n = chunk_rows(g)
 
     def begin(b):
         m[...] = jnp.full(m.shape, NEG, jnp.float32)
@@ -275,11 +314,15 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         acc[...] = jnp.zeros(acc.shape, jnp.float32)
 
     def chunk(b, k0, lat, pos):
+        lat = lat.astype(jnp.float32)
+        n_tile = _row_of((M, n), RP, g.heads)           # made here, not hoisted
+        col = jax.lax.broadcasted_iota(jnp.int32, (M, n), 1)
         mine = (n_tile >= b * T) & (n_tile < b * T + T)
         mask = mine & (k0 + col <= pos + n_tile - b * T)
         _online(m, l, acc, _dot_t(q_lat[...], lat), mask, lat[:, :R])
 
     def finish(b):
+        n_out = _row_of((M, R), RP, g.heads)
         rows_b = (n_out >= b * T) & (n_out < b * T + T)
         safe = jnp.where(l[...] > 0, l[...], 1.0)    # other sequences' rows have l == 0
         out[...] = jnp.where(rows_b, acc[...] / safe, out[...])
@@ -291,18 +334,16 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
 
 
 def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
-    R, RP, T, St = g.rank, g.rows_padded, g.tokens, g.kv_tile
+    R, RP, T = g.rank, g.rows_padded, g.tokens
     dn, dv = g.nope_dim, g.v_dim
     qn, qp, m, l, acc, out = (bufs[k] for k in ("q_nope", "q_pe", "m", "l", "acc", "out"))
     w_uk, w_uv = bufs["w_uk"], bufs["w_uv"]
+    exact = HI if w_uk.dtype == jnp.float32 else None   # bf16 products are exact in f32
     for h in range(g.heads):
         qn[h] = q_nope[h] * g.scale
         qp[h] = q_pe[h] * g.scale
     out[...] = jnp.zeros(out.shape, jnp.float32)
-    n = min(CHUNK, St)
-    n_tile = jax.lax.broadcasted_iota(jnp.int32, (RP, n), 0)
-    n_out = jax.lax.broadcasted_iota(jnp.int32, (RP, dv), 0)
-    col = jax.lax.broadcasted_iota(jnp.int32, (RP, n), 1)
+    n = chunk_rows(g)
 
     def begin(b):
         m[...] = jnp.full(m.shape, NEG, jnp.float32)
@@ -310,16 +351,23 @@ def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         acc[...] = jnp.zeros(acc.shape, jnp.float32)
 
     def chunk(b, k0, lat, pos):
-        mine = (n_tile >= b * T) & (n_tile < b * T + T)
-        mask = mine & (k0 + col <= pos + n_tile - b * T)
-        c_kv, k_pe = lat[:, :R], lat[:, R:]
-        for h in range(g.heads):       # this head's K and V, expanded from the tile
-            k_nope = _dot_t(c_kv, w_uk[pl.ds(h * dn, dn), :].astype(jnp.float32))
-            v = _dot(c_kv, w_uv[:, pl.ds(h * dv, dv)].astype(jnp.float32))
+        c_kv = lat[:, :R].astype(w_uk.dtype)
+        k_pe = lat[:, R:].astype(jnp.float32)
+        for h in range(g.heads):       # this head's K and V, expanded from the chunk
+            n_tile = jax.lax.broadcasted_iota(jnp.int32, (RP, n), 0)     # made here
+            col = jax.lax.broadcasted_iota(jnp.int32, (RP, n), 1)
+            mask = ((n_tile >= b * T) & (n_tile < b * T + T)
+                    & (k0 + col <= pos + n_tile - b * T))
+            k_nope = jax.lax.dot_general(c_kv, w_uk[pl.ds(h * dn, dn), :],
+                                         (((1,), (1,)), ((), ())), precision=exact,
+                                         preferred_element_type=jnp.float32)
+            v = jnp.dot(c_kv, w_uv[:, pl.ds(h * dv, dv)], precision=exact,
+                        preferred_element_type=jnp.float32)
             s = _dot_t(qn[h], k_nope) + _dot_t(qp[h], k_pe)
             _online(m.at[h], l.at[h], acc.at[h], s, mask, v)
 
     def finish(b):
+        n_out = jax.lax.broadcasted_iota(jnp.int32, (RP, dv), 0)
         rows_b = (n_out >= b * T) & (n_out < b * T + T)
         for h in range(g.heads):
             lh = l[h]

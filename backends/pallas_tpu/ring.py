@@ -80,8 +80,8 @@ class Stream:
         slot = flat % self.R
         srcs = [src.at[pl.ds(tile.r0, tile.rows), pl.ds(tile.c0 + c, w)]
                 for c, w in self._pieces(tile)]
-        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot])
-                        for a, b in zip(srcs, self._dsts(tile, slot))])
+        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot, i])
+                        for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))])
 
     def _static(self, flat):
         """(segment, layer, tile) of a static flat index."""
@@ -119,15 +119,20 @@ class Stream:
         return seg.offset + k * len(seg.tiles) + j
 
     def consume(self, s, k, j, fn):
-        """Wait for tile j of layer k of segment s, return ``fn(pieces)``
-        with pieces = [(col offset in the tile, bank ref view)], then start
-        the tile R places ahead into the same bank. ``fn`` reads the bank
-        through refs (bounded loads, no whole-tile value to spill)."""
+        """Tile j of layer k of segment s: return ``fn(pieces)`` with pieces
+        yielding (col offset in the tile, bank ref view), then start the tile R
+        places ahead into the same bank. ``fn`` reads the bank through refs
+        (bounded loads), and each piece is waited for (its own semaphore) just
+        before ``fn`` reaches it: no load of a later piece can be hoisted
+        above its wait and held, spilled, while earlier pieces compute."""
         tile = self.segments[s].tiles[j]
         flat = self.flat(s, k, j)
-        self._copy(s, k, j, flat).wait()
+        copies = self._copy(s, k, j, flat)
         dsts = self._dsts(tile, flat % self.R)
-        out = fn([(c, d) for (c, _), d in zip(self._pieces(tile), dsts)])
+        pieces = _arriving(copies, self._pieces(tile), dsts)
+        out = fn(pieces)
+        for _ in pieces:         # every DMA is waited for, whatever fn read
+            pass
         self._refill(s, k, j)
         return out
 
@@ -141,10 +146,12 @@ class Stream:
         once per tile (the LM head is most of a model's tiles)."""
         assert not self.segments[s].layered
         flat = self.segments[s].offset + j
-        self._run_copy(s, tile, step, j, flat).wait()
+        copies = self._run_copy(s, tile, step, j, flat)
         dsts = self._dsts(tile, flat % self.R)
-        out = fn([(c, d) for (c, _), d in zip(self._pieces(tile), dsts)],
-                 *_run_offsets(tile, step, j))
+        pieces = _arriving(copies, self._pieces(tile), dsts)
+        out = fn(pieces, *_run_offsets(tile, step, j))
+        for _ in pieces:
+            pass
         self._run_copy(s, tile, step, j + self.R, flat + self.R).start()
         return out
 
@@ -153,8 +160,8 @@ class Stream:
         r0, c0 = _run_offsets(tile, step, j)
         slot = flat % self.R
         srcs = [src.at[pl.ds(r0, tile.rows), pl.ds(c0 + c, w)] for c, w in self._pieces(tile)]
-        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot])
-                        for a, b in zip(srcs, self._dsts(tile, slot))])
+        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot, i])
+                        for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))])
 
     def _refill(self, s, k, j):
         if self.sync:
@@ -183,6 +190,13 @@ class Stream:
             @pl.when(past == e)
             def _():
                 self._start_static(seg.end + e)
+
+
+def _arriving(copies, pieces, dsts):
+    """(col offset, bank view) of each piece, after waiting for its DMA."""
+    for copy, (c, _), d in zip(copies.copies, pieces, dsts):
+        copy.wait()
+        yield c, d
 
 
 def tile_pieces(tile, width):

@@ -15,6 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel import activations
+from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
     all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
 from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, tile_pieces  # noqa: F401
@@ -22,7 +23,10 @@ from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, 
 NEG_INF = float("-inf")
 
 
-ROW_CHUNK = 512   # weight rows loaded per MXU pass: bounds the live weight value
+# Weight bytes loaded per MXU pass: Mosaic holds a loaded weight chunk as one
+# value, in VMEM beside the declared buffers, so this bounds what it needs
+# there (MemoryPlan.values_bytes); smaller chunks mean more unrolled dots.
+CHUNK_BYTES = WEIGHT_CHUNK_BYTES
 
 
 def matmul(x, w):
@@ -30,12 +34,20 @@ def matmul(x, w):
     return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
 
 
+def chunk_rows(rows, cols, itemsize, chunk_bytes=None):
+    """Rows of a [rows, cols] weight per MXU pass: at most ``chunk_bytes``, a
+    multiple of 16 rows (one packed bf16 tile, two f32 ones)."""
+    per = (chunk_bytes or CHUNK_BYTES) // max(cols * itemsize, 1) // 16 * 16
+    return min(rows, max(per, 16))
+
+
 def matmul_ref(x, w_ref):
     """x @ w_ref[...] reading the weight ref in row chunks."""
     rows = w_ref.shape[0]
+    step = chunk_rows(rows, w_ref.shape[1], w_ref.dtype.itemsize)
     acc = None
-    for r in range(0, rows, ROW_CHUNK):
-        n = min(ROW_CHUNK, rows - r)
+    for r in range(0, rows, step):
+        n = min(step, rows - r)
         part = matmul(x[:, r:r + n], w_ref[pl.ds(r, n), :])
         acc = part if acc is None else acc + part
     return acc
@@ -50,8 +62,9 @@ def matmul_t(x, w):
 def matmul_t_ref(x, w_ref):
     """x @ w_ref[...].T reading the weight ref in row chunks (output columns)."""
     rows = w_ref.shape[0]
-    parts = [matmul_t(x, w_ref[pl.ds(r, min(ROW_CHUNK, rows - r)), :])
-             for r in range(0, rows, ROW_CHUNK)]
+    step = chunk_rows(rows, w_ref.shape[1], w_ref.dtype.itemsize)
+    parts = [matmul_t(x, w_ref[pl.ds(r, min(step, rows - r)), :])
+             for r in range(0, rows, step)]
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
 
@@ -269,14 +282,15 @@ def head_loop(tiles, tied, bank_cols, num_banks):
 
 def ring_to_ref(stream, s, k, tiles, first, dst):
     """A whole (small) weight copied from its ring tiles into the VMEM ref
-    ``dst`` at each tile's offsets, ROW_CHUNK rows at a time (bounded loads,
+    ``dst`` at each tile's offsets, a weight chunk at a time (bounded loads,
     no whole-matrix value), for ops that read it more than once."""
     stream.begin(s, k, first, len(tiles))
 
     def put(pieces, t):
         for c, w in pieces:
-            for r in range(0, t.rows, ROW_CHUNK):
-                n = min(ROW_CHUNK, t.rows - r)
+            step = chunk_rows(t.rows, w.shape[1], w.dtype.itemsize)
+            for r in range(0, t.rows, step):
+                n = min(step, t.rows - r)
                 dst[pl.ds(t.r0 + r, n), pl.ds(t.c0 + c, w.shape[1])] = (
                     w[pl.ds(r, n), :].astype(dst.dtype))
 

@@ -139,15 +139,24 @@ def run_case(form, batch, tokens, heads, cores, rank, dims, kv_tile, seq_tiles, 
         assert np.all(out[i, rows:] == 0)
 
 
+def test_chunk_rows():
+    g = lambda rank, tile: M.MLAGeometry(1, 1, 8, 1, rank, 16, 16, 16, tile, 1024, 0.1, 1e-6,  # noqa: E731
+                                         True, 1.0, False, "absorbed", "float32", "float32")
+    assert M.chunk_rows(g(256, 512)) == 128          # 272 -> 384 lanes, 1.5 KiB a row
+    assert M.chunk_rows(g(512, 1024)) == 64          # DeepSeek: 576 -> 640 lanes
+    assert M.chunk_rows(g(16, 32)) == 32             # a small tile in one chunk
+
+
 CASES = [
     # form, batch, tokens, heads, cores, rank, (dn, dr, dv), kv_tile, seq_tiles, dtype, starts
     ("absorbed", 3, 3, 4, 1, 64, (32, 16, 32), 16, 4, jnp.bfloat16, [0, 14, 61]),
     ("expanded", 3, 3, 4, 2, 64, (32, 16, 32), 16, 4, jnp.bfloat16, [0, 14, 61]),
     ("absorbed", 1, 1, 2, 2, 32, (16, 8, 24), 32, 2, jnp.float32, [63]),     # dv != dn
     ("expanded", 8, 1, 1, 1, 32, (16, 8, 16), 16, 2, jnp.float32, [0, 1, 15, 16, 17, 30, 31, 8]),
-    # one 512-row tile read in two 256-row chunks, the second past the end for seq 0
-    ("absorbed", 2, 2, 2, 1, 32, (16, 8, 16), 512, 2, jnp.float32, [100, 700]),
-    ("expanded", 2, 2, 2, 2, 32, (16, 8, 16), 512, 2, jnp.bfloat16, [300, 1020]),
+    # L = 272: 512-key tiles read in four 128-key chunks (mla.chunk_rows), some
+    # wholly past the end of a sequence
+    ("absorbed", 2, 2, 2, 1, 256, (16, 16, 16), 512, 2, jnp.float32, [100, 700]),
+    ("expanded", 2, 2, 2, 2, 256, (16, 16, 16), 512, 2, jnp.bfloat16, [300, 1020]),
 ]
 
 

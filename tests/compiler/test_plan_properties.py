@@ -18,9 +18,10 @@ from megakernel.models.weights import init_weights
 def test_no_program_point_exceeds_the_vmem_budget(case):
     plan = cached_plan(*case)
     m = plan.memory
-    assert m.vmem_total <= m.vmem_budget == plan.target.vmem_budget
-    for p in m.points:
-        assert m.live_vmem(p.index) <= m.vmem_total
+    # (that the total fits the budget, plan_memory enforces by construction;
+    # that the total is what the kernel declares and the compiler uses is
+    # tests/backends/test_emit.py and test_aot*.py)
+    assert m.vmem_total == m.vmem_declared + m.values_bytes
     for b in m.buffers:
         assert 0 <= b.first <= b.last < len(m.points), b
         if b.space in (Space.VMEM, Space.HBM):
