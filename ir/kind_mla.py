@@ -35,7 +35,7 @@ from typing import ClassVar
 from megakernel.errors import IRError
 from megakernel.ir import limits
 from megakernel.ir.ops import OP_KINDS, Dim, HeadDim, Heads, Op, RopeScaling, _expect_shapes, \
-    rope_inv_freq
+    rope_attention_factor, rope_inv_freq
 from megakernel.ir.schema import Bool, Float, node
 from megakernel.ir.types import APPEND, ParamSpec, StateSpec
 
@@ -86,10 +86,9 @@ class MLA(Op):
         """Per-pair inverse frequencies of the rope part [dr // 2], float64."""
         return rope_inv_freq(self.theta, self.rope_dim, self.scaling)
 
-    @property
     def attention_factor(self) -> float:
-        """cos and sin are multiplied by this (YaRN; 1 otherwise)."""
-        return 1.0 if self.scaling is None else self.scaling.attention_factor()
+        """What cos and sin are multiplied by (YaRN's attention scaling; else 1)."""
+        return rope_attention_factor(self.scaling)
 
     def params(self, dtype):
         h, r = self.num_heads, self.kv_lora_rank
@@ -124,14 +123,18 @@ def _mla_block(c, b, x: str) -> str:
                            "qk_rope_head_dim, v_head_dim)")
     # Card fields of GQA attention that MLA has no place for: refused, not ignored.
     unused = {"qk_norm": c.qk_norm, "rotary_dim": c.rotary_dim,
-              "sliding_window": c.sliding_window if c.layer_types is None else None}
+              "sliding_window": c.sliding_window if c.layer_types is None else None,
+              "attn_logit_softcap": c.attn_logit_softcap,
+              "attention_sinks": c.attention_sinks,
+              "sliding_rope_theta": c.sliding_rope_theta if c.layer_types is None else None}
     for field, value in unused.items():
         if value:
             raise IRError(f"{field}={value} does not apply to MLA layers", path=field,
                           hint=f"remove {field}, or give layer_types with attention layers")
     h, heads = c.hidden_size, c.num_q_heads
     dn, dr, dv, r = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
-    hn = b.add("input_norm", lambda: RMSNorm(h, c.norm_eps, c.norm_offset), (x,), "h_attn")
+    norm = lambda: RMSNorm(h, c.norm_eps, c.norm_offset)  # noqa: E731
+    hn = b.add("input_norm", norm, (x,), "h_attn") if c.pre_norms else x
     if m.q_lora_rank:
         rq = m.q_lora_rank
         q = b.add("q_a_proj", lambda: Linear(h, rq, c.qkv_bias), (hn,), "q_a")
@@ -147,6 +150,8 @@ def _mla_block(c, b, x: str) -> str:
                                  c.rope_scaling if m.rope else None, m.latent_norm_eps,
                                  m.output_gate), inputs, "attn")
     o = b.add("o_proj", lambda: Linear(heads * dv, h, c.o_bias), (o,), "attn_out")
+    if c.post_norms:
+        o = b.add("post_attn_norm", norm, (o,), "attn_normed")
     return b.add("attn_residual", Add, (x, o), "x_mid")
 
 

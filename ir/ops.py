@@ -141,13 +141,12 @@ class Linear(Op):
 class RopeScaling:
     """Frequency scaling of rotary embeddings. ``llama3``: Llama 3.1+ smooth
     wavelength-dependent scaling; ``linear``: positions divided by ``factor``;
-    ``yarn``: YaRN (Peng et al. 2023, as Hugging Face's
-    ``_compute_yarn_parameters``): frequencies blended between interpolated
-    (/factor) and original by a ramp over the correction range of
-    ``beta_fast`` .. ``beta_slow`` rotations in ``original_max_position``, and
-    cos/sin multiplied by ``attention_factor()``. ``mscale`` and
-    ``mscale_all_dim`` (0: absent) set that factor and DeepSeek's softmax
-    ``softmax_mscale()``."""
+    ``yarn``: YaRN's ramp between interpolated and original frequencies
+    (``beta_fast``/``beta_slow`` rotations, rounded outward when ``truncate``),
+    with cos and sin multiplied by ``rope_attention_factor``: ``attention_factor``
+    if set, else g(factor, mscale) / g(factor, mscale_all_dim) when both are
+    set, else g(factor) = 0.1 ln(factor) + 1 (Hugging Face's rule). DeepSeek's
+    MLA also multiplies its softmax scale by ``softmax_mscale()``."""
 
     rope_type: Literal["llama3", "linear", "yarn"]
     factor: Float(*limits.ROPE_FACTOR, open_low=True)
@@ -156,9 +155,10 @@ class RopeScaling:
     original_max_position: Positions = 8192
     beta_fast: FreqFactor = 32.0
     beta_slow: FreqFactor = 1.0
-    mscale: Float(0.0, limits.MAX_SCALE) = 0.0
-    mscale_all_dim: Float(0.0, limits.MAX_SCALE) = 0.0
     truncate: Bool = True
+    attention_factor: Float(0.0, limits.ROPE_FACTOR[1]) = 0.0
+    mscale: Float(0.0, limits.MAX_SCALE) = 0.0            # 0: absent
+    mscale_all_dim: Float(0.0, limits.MAX_SCALE) = 0.0    # 0: absent
 
     SUPPORTED: ClassVar[tuple[str, ...]] = ("llama3", "linear", "yarn")
 
@@ -167,15 +167,6 @@ class RopeScaling:
             raise _fail("high_freq_factor",
                         f"high_freq_factor={self.high_freq_factor} must exceed "
                         f"low_freq_factor={self.low_freq_factor}")
-
-    def attention_factor(self) -> float:
-        """The factor YaRN multiplies cos and sin by (1 for the other types)."""
-        if self.rope_type != "yarn":
-            return 1.0
-        if self.mscale and self.mscale_all_dim:
-            return _yarn_mscale(self.factor, self.mscale) / _yarn_mscale(self.factor,
-                                                                        self.mscale_all_dim)
-        return _yarn_mscale(self.factor)
 
     def softmax_mscale(self) -> float:
         """DeepSeek's multiplier of the attention softmax scale: m^2 with
@@ -189,6 +180,17 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
+def rope_attention_factor(s: "RopeScaling | None") -> float:
+    """What cos and sin are multiplied by (YaRN's attention scaling; else 1)."""
+    if s is None or s.rope_type != "yarn":
+        return 1.0
+    if s.attention_factor:
+        return s.attention_factor
+    if s.mscale and s.mscale_all_dim:
+        return _yarn_mscale(s.factor, s.mscale) / _yarn_mscale(s.factor, s.mscale_all_dim)
+    return _yarn_mscale(s.factor)
+
+
 def rope_inv_freq(theta: float, rotary_dim: int, s: "RopeScaling | None") -> np.ndarray:
     """Per-pair inverse frequencies [rotary_dim // 2], float64, scaling applied."""
     rd = rotary_dim
@@ -198,21 +200,7 @@ def rope_inv_freq(theta: float, rotary_dim: int, s: "RopeScaling | None") -> np.
     if s.rope_type == "linear":
         return inv / s.factor
     if s.rope_type == "yarn":
-        # Dimensions whose wavelength fits beta_fast or more times into the
-        # original context keep their frequency; those fitting beta_slow or
-        # fewer times are interpolated; a linear ramp in between.
-        def corr(rotations):
-            return rd * math.log(s.original_max_position / (rotations * 2 * math.pi)) / (
-                2 * math.log(theta))
-        lo, hi = corr(s.beta_fast), corr(s.beta_slow)
-        if s.truncate:
-            lo, hi = math.floor(lo), math.ceil(hi)
-        lo, hi = max(lo, 0), min(hi, rd - 1)
-        if lo == hi:
-            hi += 0.001
-        ramp = np.clip((np.arange(rd // 2, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
-        keep = 1.0 - ramp
-        return inv / s.factor * (1.0 - keep) + inv * keep
+        return _yarn_inv_freq(inv, s, rd, theta)
     # llama3: long wavelengths slowed by `factor`, short ones kept, a smooth
     # blend in between (Llama 3.1 reference implementation's equations).
     wavelen = 2 * math.pi / inv
@@ -249,14 +237,32 @@ class Rope(Op):
         """Per-pair inverse frequencies [rotary_dim // 2], float64, scaling applied."""
         return rope_inv_freq(self.theta, self.rotary_dim, self.scaling)
 
-    @property
     def attention_factor(self) -> float:
-        """cos and sin are multiplied by this (YaRN; 1 otherwise)."""
-        return 1.0 if self.scaling is None else self.scaling.attention_factor()
+        """What cos and sin are multiplied by (YaRN's attention scaling; else 1)."""
+        return rope_attention_factor(self.scaling)
 
     def infer(self, inputs):
         _expect_shapes(self, inputs, ((self.num_heads * self.head_dim,),))
         return inputs
+
+
+def _yarn_inv_freq(inv: np.ndarray, s: RopeScaling, rd: int, theta: float) -> np.ndarray:
+    """YaRN (transformers' _compute_yarn_parameters): pair i keeps its frequency
+    below rotation count ``beta_fast``'s dimension, is divided by ``factor``
+    above ``beta_slow``'s, and is blended linearly in between."""
+    def dim_of(rotations: float) -> float:
+        return rd * math.log(s.original_max_position / (rotations * 2 * math.pi)) / (
+            2 * math.log(theta))
+
+    lo, hi = dim_of(s.beta_fast), dim_of(s.beta_slow)
+    if s.truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, rd - 1)
+    if lo == hi:
+        hi += 0.001         # as transformers does, so the ramp has a width
+    ramp = np.clip((np.arange(rd // 2, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
+    keep = 1.0 - ramp       # 1: original frequency (extrapolation), 0: interpolated
+    return inv / s.factor * (1.0 - keep) + inv * keep
 
 
 @node
@@ -265,7 +271,10 @@ class Attention(Op):
 
     Inputs q [Hq*D], k [Hkv*D], v [Hkv*D] per token; the new k, v are written to
     the cache at positions p..p+T-1 first, then every query attends to cache
-    positions j <= its own (and j > pos - sliding_window when set)."""
+    positions j <= its own (and j > pos - sliding_window when set).
+    ``logit_softcap`` c: scaled scores s become c * tanh(s / c) before the mask
+    (Gemma 2). ``sinks``: a learned logit per query head joins the softmax's
+    denominator only, ``p_j = e^s_j / (sum_k e^s_k + e^sink)`` (gpt-oss)."""
 
     kind: ClassVar[str] = "attention"
     num_q_heads: Heads
@@ -273,6 +282,8 @@ class Attention(Op):
     head_dim: HeadDim
     softmax_scale: Float(*limits.SOFTMAX_SCALE) = 0.0   # 0 means 1/sqrt(head_dim)
     sliding_window: Positions | None = None
+    logit_softcap: Float(0.0, limits.MAX_SCALE, open_low=True) | None = None
+    sinks: Bool = False
 
     def __post_init__(self):
         if self.num_q_heads % self.num_kv_heads:
@@ -284,6 +295,9 @@ class Attention(Op):
     @property
     def group_size(self) -> int:
         return self.num_q_heads // self.num_kv_heads
+
+    def params(self, dtype):
+        return {"sinks": ParamSpec((self.num_q_heads,), dtype)} if self.sinks else {}
 
     def state(self, batch, max_seq_len, dtype):
         rows = StateSpec((batch, max_seq_len, self.num_kv_heads, self.head_dim), dtype, APPEND)
@@ -333,6 +347,10 @@ class MoE(Op):
     are renormalised to sum 1 when ``renormalize``, then multiplied by
     ``routed_scaling``. ``num_shared_experts`` always-on experts of
     ``shared_intermediate`` each are added (stored as one MLP of their total width).
+    gpt-oss's variant: ``router_logit_bias`` adds a learned bias to the router
+    logits (selection and weights alike); ``expert_bias`` gives each expert
+    biases on gate, up and down; ``swiglu_limit`` L replaces act(g) * u by
+    (clip(u, -L, L) + 1) * min(g, L) * sigmoid(swiglu_alpha * min(g, L)).
 
     Group-limited selection (DeepSeek-V3's ``n_group`` / ``topk_group``): the
     experts form ``n_group`` contiguous groups; each group scores the sum of
@@ -353,6 +371,10 @@ class MoE(Op):
     num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
     shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
     activation: Activation = Activation.SILU
+    router_logit_bias: Bool = False
+    expert_bias: Bool = False
+    swiglu_limit: Float(0.0, limits.MAX_SCALE, open_low=True) | None = None
+    swiglu_alpha: Float(0.0, limits.MAX_SCALE, open_low=True) = 1.0
     n_group: Int(1, limits.MAX_EXPERTS) = 1
     topk_group: Int(1, limits.MAX_EXPERTS) = 1
 
@@ -375,6 +397,12 @@ class MoE(Op):
         if self.num_shared_experts and not self.shared_intermediate:
             raise _fail("shared_intermediate", f"shared_intermediate=0 with "
                         f"num_shared_experts={self.num_shared_experts}: expected >= 1")
+        if self.swiglu_limit is not None and self.activation != Activation.SILU:
+            raise _fail("swiglu_limit", f"swiglu_limit={self.swiglu_limit} needs activation="
+                        f"'silu', found {self.activation.value!r}")
+        if self.swiglu_limit is None and self.swiglu_alpha != 1.0:
+            raise _fail("swiglu_alpha", f"swiglu_alpha={self.swiglu_alpha} is only used "
+                        "with swiglu_limit (the clamped SwiGLU); set both or neither")
 
     @property
     def shared_width(self) -> int:
@@ -385,9 +413,15 @@ class MoE(Op):
         p = {"router": ParamSpec((h, e), dtype)}
         if self.correction_bias:
             p["router_bias"] = ParamSpec((e,), DType.F32)
+        if self.router_logit_bias:
+            p["router_logit_bias"] = ParamSpec((e,), dtype)
         p.update(experts_gate=ParamSpec((e, h, i), dtype),
                  experts_up=ParamSpec((e, h, i), dtype),
                  experts_down=ParamSpec((e, i, h), dtype))
+        if self.expert_bias:
+            p.update(experts_gate_bias=ParamSpec((e, i), dtype),
+                     experts_up_bias=ParamSpec((e, i), dtype),
+                     experts_down_bias=ParamSpec((e, h), dtype))
         if self.num_shared_experts:
             s = self.shared_width
             p.update(shared_gate=ParamSpec((h, s), dtype), shared_up=ParamSpec((h, s), dtype),

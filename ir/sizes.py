@@ -44,30 +44,35 @@ def of_config(c: "ModelConfig") -> Sizes:
     item = DType.parse(c.dtype).itemsize
     h, d = c.hidden_size, c.head_dim
     q, kv = c.num_q_heads * d, c.num_kv_heads * d
-    attn = 2 * h + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
-    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + 2 * d * c.qk_norm
+    norms = 2 * h * (c.pre_norms + c.post_norms)
+    attn = h * q + 2 * h * kv + q * h                    # q, k, v, o
+    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + c.num_q_heads * c.attention_sinks
+    attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm
     attn_cache = 2 * c.max_seq_len * kv * item
     mla, mla_cache = _mla_sizes(c) if c.mla is not None else (0, 0)
     dense = 3 * h * c.intermediate_size * item
     moe = 0
     if c.moe is not None:
         m = c.moe
-        routed = m.num_experts * (h + 3 * h * m.expert_intermediate)
+        i = m.expert_intermediate
+        routed = m.num_experts * (h + 3 * h * i + m.router_logit_bias + (2 * i + h) * m.expert_bias)
         shared = 3 * h * m.num_shared_experts * m.shared_intermediate
         # The router's correction bias is kept in float32 (MoE.params).
         moe = (routed + shared) * item + 4 * m.num_experts * m.correction_bias
     layers = cache = 0
     for i in range(c.num_layers):
         is_mla = c.mixer(i) == "mla"
-        layers += (mla if is_mla else attn * item) + (moe if c.layer_kind(i) == "moe" else dense)
+        layers += (norms + (mla if is_mla else attn)) * item
+        layers += moe if c.layer_kind(i) == "moe" else dense
         cache += mla_cache if is_mla else attn_cache
     embed = c.vocab_size * h * (1 if c.tie_embeddings else 2) + h
     return Sizes(c.name, layers + embed * item, cache, c.max_seq_len)
 
 
 def _mla_sizes(c: "ModelConfig") -> tuple[int, int]:
-    """(weight bytes, latent-cache bytes per sequence) of one MLA mixer
-    (ir/kind_mla.py): norms, q path, kv_a, optional gate, kv_norm, w_uk, w_uv, o."""
+    """(weights, latent-cache bytes per sequence) of one MLA mixer besides its
+    block norms (ir/kind_mla.py): q path, kv_a, optional gate, kv_norm, w_uk,
+    w_uv, o."""
     m, h, heads = c.mla, c.hidden_size, c.num_q_heads
     item = DType.parse(c.dtype).itemsize
     dn, dr, dv, r = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
@@ -77,10 +82,10 @@ def _mla_sizes(c: "ModelConfig") -> tuple[int, int]:
         query += m.q_lora_rank * c.qkv_bias
     else:
         query = h * qk + qk * c.qkv_bias
-    params = (h + query + h * (r + dr) + (r + dr) * c.qkv_bias + r + heads * dn * r
-              + r * heads * dv + heads * dv * h + h * c.o_bias + h)
+    params = (query + h * (r + dr) + (r + dr) * c.qkv_bias + r + heads * dn * r
+              + r * heads * dv + heads * dv * h + h * c.o_bias)
     params += h * heads * dv * m.output_gate
-    return params * item, c.max_seq_len * (r + dr) * item
+    return params, c.max_seq_len * (r + dr) * item
 
 
 def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["Layer"],
@@ -90,8 +95,7 @@ def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["La
     for layer in layers:
         if layer not in per_layer:
             params = sum(s.nbytes for s in layer.params(dtype).values())
-            # every state an op keeps for one sequence (K/V, latent caches)
-            cache = sum(spec.nbytes for n in layer.nodes
+            cache = sum(spec.nbytes for n in layer.nodes       # one sequence's state
                         for spec in n.op.state(1, max_seq_len, dtype).values())
             per_layer[layer] = (params, cache)
     params = sum(per_layer[layer][0] for layer in layers)

@@ -20,6 +20,7 @@ from megakernel.ir.config import MLAConfig, MoEConfig, ModelConfig
 def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
     num_experts = draw(st.integers(4, max_experts))
     shared = draw(st.integers(0, 1))
+    limit = draw(st.sampled_from([None, 1.5]))       # gpt-oss's clamped SwiGLU (silu only)
     # DeepSeek's group-limited routing, when the experts split into groups of >= 2.
     n_group = draw(st.sampled_from([g for g in (1, 2, 4) if num_experts % g == 0
                                     and num_experts // g >= 2]))
@@ -36,6 +37,10 @@ def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
         routed_scaling=draw(st.sampled_from([1.0, 2.5])),
         num_shared_experts=shared,
         shared_intermediate=128 if shared else 0,
+        router_logit_bias=draw(st.booleans()),
+        expert_bias=draw(st.booleans()),
+        swiglu_limit=limit,
+        swiglu_alpha=1.702 if limit else 1.0,
     )
 
 
@@ -57,8 +62,10 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
                   moe: bool | None = None, dtype: str | None = None,
                   cores: int = 1, mla: bool | None = False) -> ModelConfig:
     """A valid card: dense or MoE (``moe=None`` draws either), 1..max_layers layers,
-    with query heads that split evenly over ``cores`` TensorCores; with
-    multi-head latent attention when ``mla`` (None draws either)."""
+    with query heads that split evenly over ``cores`` TensorCores, and any of the
+    families' options (norm placement, soft-caps, sinks, YaRN, mixed sliding
+    and full layers, the embedding scale, the norm over all heads, gpt-oss's MoE);
+    with multi-head latent attention when ``mla`` (None draws either)."""
     hidden = draw(st.sampled_from(hidden_sizes))
     kv_heads = draw(st.sampled_from([1, 2, 4]))
     q_heads = draw(st.sampled_from([kv_heads * g for g in (1, 2, 4, 8)
@@ -72,16 +79,28 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
     scaling = draw(st.sampled_from([None, {"rope_type": "llama3", "factor": 8.0,
                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                            "original_max_position": 64},
+                                    {"rope_type": "yarn", "factor": 4.0,
+                                     "original_max_position": 32, "truncate": False},
                                     {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
                                      "beta_slow": 1.0, "original_max_position": 16,
                                      "mscale": 1.0, "mscale_all_dim": 0.5}]))
+    activation = draw(st.sampled_from(["silu", "gelu", "gelu_tanh"]))
+    if moe_cfg is not None and activation != "silu" and moe_cfg.swiglu_limit is not None:
+        moe_cfg = dataclasses.replace(moe_cfg, swiglu_limit=None, swiglu_alpha=1.0)
+    window = draw(st.sampled_from([None, 4, 16]))
+    # Sliding and full layers alternating (Gemma 2, gpt-oss), the sliding ones
+    # maybe with their own RoPE base (Gemma 3).
+    mixed = window is not None and draw(st.booleans())
+    pre_norms, post_norms = draw(st.sampled_from([(True, False), (True, True), (False, True)]))
+    qk_norm = draw(st.booleans())
+    # A norm over all heads sums over cores: only where no core holds a copy.
+    all_heads = qk_norm and kv_heads % cores == 0 and draw(st.booleans())
+    softcap, sinks = draw(st.sampled_from([None, 20.0])), draw(st.booleans())
     latent = draw(mla_blocks()) if (draw(st.booleans()) if mla is None else mla) else None
     if latent is not None:       # fields of GQA attention that MLA layers refuse
-        rotary, qk_norm, window = 0, False, None
+        rotary, qk_norm, all_heads, window, mixed, softcap, sinks = (
+            0, False, False, None, False, None, False)
         scaling = scaling if latent.rope else None
-    else:
-        qk_norm = draw(st.booleans())
-        window = draw(st.sampled_from([None, 4, 16]))
     return ModelConfig(
         name="drawn",
         vocab_size=draw(st.sampled_from([256, 512])),
@@ -91,7 +110,7 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         intermediate_size=draw(st.sampled_from([256, 512])),
-        activation=draw(st.sampled_from(["silu", "gelu", "gelu_tanh"])),
+        activation=activation,
         norm_eps=draw(st.sampled_from([1e-5, 1e-6])),
         norm_offset=draw(st.booleans()),
         rope_theta=draw(st.sampled_from([10000.0, 1e6])),
@@ -105,6 +124,19 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
         max_seq_len=64,
         moe=moe_cfg,
         first_k_dense=first_k_dense,
+        layer_types=(("sliding_attention", "full_attention") * num_layers)[:num_layers]
+        if mixed else None,
+        sliding_rope_theta=draw(st.sampled_from([None, 1e4])) if mixed else None,
+        pre_norms=pre_norms,
+        post_norms=post_norms,
+        qk_norm_all_heads=all_heads,
+        attn_logit_softcap=softcap,
+        attention_sinks=sinks,
+        # Gemma's embedding scale beside pre-norms, as in Gemma: without them the
+        # unnormalised x16 residual makes K/V entries of ~35, where the cache
+        # comparisons' absolute 1e-5 is a few float32 ulps.
+        scale_embeddings=pre_norms and draw(st.booleans()),
+        final_logit_softcap=draw(st.sampled_from([None, 30.0])),
         mla=latent,
     )
 

@@ -50,7 +50,8 @@ def _harmless(r: FieldReader) -> None:
 
 def import_fields(r: FieldReader) -> dict[str, Any]:
     """Card fields of a deepseek_v3 / kimi_k2 config (problems recorded in ``r``)."""
-    from megakernel.models.hf import ACTIVATIONS, YARN_KEYS, _ROPE_KEYS, _rope
+    from megakernel.models.hf import ACTIVATIONS
+    from megakernel.models.hf_rope import read_rope
 
     size = lambda key, high, default=REQUIRED: r.get(key, int, default, low=1, high=high)  # noqa: E731
     heads = size("num_attention_heads", limits.MAX_HEADS)
@@ -86,7 +87,7 @@ def import_fields(r: FieldReader) -> dict[str, Any]:
                        high=limits.NORM_EPS[1]),
         tie_embeddings=r.get("tie_word_embeddings", bool, False),
         qkv_bias=bias, o_bias=bias, mla=mla)
-    fields.update(_rope(r, 10000.0, {**_ROPE_KEYS, **YARN_KEYS}))
+    fields.update(read_rope(r, 10000.0))
     if fields.get("rope_scaling", {}).get("rope_type", "yarn") != "yarn":
         r.problem("rope_scaling", "only default and yarn rope are supported for MLA")
         fields.pop("rope_scaling")

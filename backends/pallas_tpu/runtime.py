@@ -14,7 +14,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel import activations
+from megakernel import activations, dtypes
+from megakernel.errors import EmitError
 from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
     all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
@@ -41,14 +42,14 @@ def chunk_rows(rows, cols, itemsize, chunk_bytes=None):
     return min(rows, max(per, 16))
 
 
-def matmul_ref(x, w_ref):
-    """x @ w_ref[...] reading the weight ref in row chunks."""
-    rows = w_ref.shape[0]
-    step = chunk_rows(rows, w_ref.shape[1], w_ref.dtype.itemsize)
+def matmul_ref(x, w):
+    """x @ w reading the ring view ``w`` (``ring.Words``) in row chunks."""
+    rows, cols = w.shape
+    step = chunk_rows(rows, cols, w.dtype.itemsize)
     acc = None
     for r in range(0, rows, step):
         n = min(step, rows - r)
-        part = matmul(x[:, r:r + n], w_ref[pl.ds(r, n), :])
+        part = matmul(x[:, r:r + n], w.load(r, n))
         acc = part if acc is None else acc + part
     return acc
 
@@ -59,12 +60,11 @@ def matmul_t(x, w):
                                preferred_element_type=jnp.float32)
 
 
-def matmul_t_ref(x, w_ref):
-    """x @ w_ref[...].T reading the weight ref in row chunks (output columns)."""
-    rows = w_ref.shape[0]
-    step = chunk_rows(rows, w_ref.shape[1], w_ref.dtype.itemsize)
-    parts = [matmul_t(x, w_ref[pl.ds(r, min(step, rows - r)), :])
-             for r in range(0, rows, step)]
+def matmul_t_ref(x, w):
+    """x @ w.T reading the ring view ``w`` in row chunks (output columns)."""
+    rows, cols = w.shape
+    step = chunk_rows(rows, cols, w.dtype.itemsize)
+    parts = [matmul_t(x, w.load(r, min(step, rows - r))) for r in range(0, rows, step)]
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
 
@@ -81,7 +81,9 @@ def ring_linear(stream, s, k, x, tiles, out_cols, first):
             blocks[key] = part if key not in blocks else blocks[key] + part
     cols = sorted(blocks)
     out = [blocks[c] for c in cols]
-    assert sum(c[1] for c in cols) == out_cols
+    if sum(c[1] for c in cols) != out_cols:
+        raise EmitError(f"tiles {tiles} cover {sum(c[1] for c in cols)} output columns, the "
+                        f"plan says {out_cols}", path=f"ring.segment{s}")
     return out[0] if len(out) == 1 else jnp.concatenate(out, axis=-1)
 
 
@@ -108,13 +110,12 @@ def positions(start_ref, rows_padded, batch, tokens):
 
 def rope(x, pos, inv_freq, heads, head_dim, rotary_dim, factor=1.0):
     """Rotate-half RoPE of the first ``rotary_dim`` features of each head;
-    inv_freq is [1, rotary_dim // 2] f32; cos and sin are multiplied by
-    ``factor`` (YaRN's attention factor)."""
+    inv_freq is [1, rotary_dim // 2] f32; cos and sin times ``factor`` (YaRN)."""
     half = rotary_dim // 2
     angle = pos.astype(jnp.float32) * inv_freq                      # [rows, half]
     cos, sin = jnp.cos(angle), jnp.sin(angle)
     if factor != 1.0:
-        cos, sin = factor * cos, factor * sin
+        cos, sin = cos * factor, sin * factor
     outs = []
     for h in range(heads):
         base = h * head_dim
@@ -125,6 +126,11 @@ def rope(x, pos, inv_freq, heads, head_dim, rotary_dim, factor=1.0):
             parts.append(x[:, base + rotary_dim:base + head_dim])
         outs.extend(parts)
     return jnp.concatenate(outs, axis=-1)
+
+
+def pad_lanes(x, width):
+    """x [rows, w] zero-padded on the right to [rows, width]."""
+    return jnp.concatenate([x, jnp.zeros((x.shape[0], width - x.shape[1]), x.dtype)], axis=-1)
 
 
 def activation(kind, x):
@@ -144,12 +150,16 @@ def block_argmax(logits, valid):
     return m, idx
 
 
-def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded):
+def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded, dtype):
     """Embedding rows of this core's vocabulary slice by token id (SMEM).
     Row r's token arrives in blocks[r] inside its aligned block of A rows
     (blocks is [rows, A, H]) and is picked by a masked sum; rows of
-    tokens another core owns stay zero (the all-reduce fills them)."""
+    tokens another core owns stay zero (the all-reduce fills them). When the
+    embedding is also the tied LM head it is held as 32-bit words (the ring's
+    layout), ``per`` rows of ``dtype`` to a word row, and viewed back."""
     align, hidden = blocks.shape[1], blocks.shape[2]
+    words = embed.dtype == jnp.int32 and jnp.dtype(dtype) != jnp.int32
+    per = 32 // dtypes.of(jnp.dtype(dtype).name).bits if words else 1
     blocks[...] = jnp.zeros(blocks.shape, blocks.dtype)
 
     def local(r):
@@ -159,17 +169,18 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded):
         for r in range(rows):
             @pl.when((local(r) >= 0) & (local(r) < stride))
             def _():
-                base = pl.multiple_of(local(r) // align * align, align)
+                base = pl.multiple_of(local(r) // per // align * align, align)
                 fn(pltpu.make_async_copy(embed.at[pl.ds(base, align)], blocks.at[r],
                                          sem.at[0]))
 
     each_owned(lambda c: c.start())
     each_owned(lambda c: c.wait())
-    sub = jax.lax.broadcasted_iota(jnp.int32, (align, hidden), 0)
+    sub = jax.lax.broadcasted_iota(jnp.int32, (align * per, hidden), 0)
     row = jax.lax.broadcasted_iota(jnp.int32, (rows_padded, hidden), 0)
     x = jnp.zeros((rows_padded, hidden), jnp.float32)
     for r in range(rows):
-        pick = jnp.where(sub == local(r) % align, blocks[r].astype(jnp.float32), 0.0)
+        block = pltpu.bitcast(blocks[r], jnp.dtype(dtype)) if words else blocks[r]
+        pick = jnp.where(sub == local(r) % (align * per), block.astype(jnp.float32), 0.0)
         x = jnp.where(row == r, jnp.sum(pick, axis=0, keepdims=True), x)
     return x
 
@@ -292,7 +303,7 @@ def ring_to_ref(stream, s, k, tiles, first, dst):
             for r in range(0, t.rows, step):
                 n = min(step, t.rows - r)
                 dst[pl.ds(t.r0 + r, n), pl.ds(t.c0 + c, w.shape[1])] = (
-                    w[pl.ds(r, n), :].astype(dst.dtype))
+                    w.load(r, n).astype(dst.dtype))
 
     for j, t in enumerate(tiles):
         stream.consume(s, k, first + j, lambda pieces, t=t: put(pieces, t))

@@ -107,7 +107,7 @@ def run_case(form, batch, tokens, heads, cores, rank, dims, kv_tile, seq_tiles, 
     inv = jnp.asarray(op.inv_freq().astype(np.float32)[None, :])
 
     g = M.MLAGeometry(batch, tokens, rp, hl, rank, dn, dr, dv, kv_tile, S, op.softmax_scale,
-                      op.kv_norm_eps, rope, op.attention_factor, gate, form, dt, dt)
+                      op.kv_norm_eps, rope, op.attention_factor(), gate, form, dt, dt)
     f = jax.jit(build(g, layers, loop, interpret()))
     outs = []
     for c in range(cores):       # each core: its heads, the whole cache

@@ -6,7 +6,7 @@ from compiler_cases import cached_plan, plan_cases
 from hypothesis import given, settings
 
 from megakernel.compiler.buffers import Space
-from megakernel.compiler.layout import padded_bytes
+from megakernel.compiler.layout import itemsize, padded_bytes
 from megakernel.compiler.schedule_collectives import overlapping_tiles
 from megakernel.compiler.shard import gather_weights, moe_degrees, shard_model, shard_weights
 from megakernel.ir.config import build
@@ -27,16 +27,18 @@ def test_no_program_point_exceeds_the_vmem_budget(case):
         if b.space in (Space.VMEM, Space.HBM):
             assert b.nbytes == padded_bytes(b.shape, b.dtype), b
     assert m.smem_total <= plan.target.smem_bytes
-    # The ring as declared holds every tile at its bank's corner (wide tiles folded).
+    # The ring as declared (32-bit words) holds every tile at its bank's corner,
+    # its rows packed into words, wide tiles folded.
     ring = m.ring
-    assert m.buffer("ring.banks").shape == ring.shape
+    assert m.buffer("ring.banks").shape == ring.shape and m.buffer("ring.banks").dtype == "int32"
     for t in [t for s in m.stream.stacks for t in s.tiles] + list(m.stream.head):
-        rows, cols = t.view
+        word_rows, cols = t.words            # the tile's bytes, as 4-byte words per row
+        assert word_rows * 4 == t.view[0] * itemsize(t.dtype) and cols == t.view[1]
         if ring.bank_of(t) == 0:
-            assert rows * -(-cols // ring.bank_cols) <= ring.bank_rows, t
+            assert word_rows * -(-cols // ring.bank_cols) <= ring.bank_rows, t
         else:
             assert m.buffer(f"ring.aux{ring.bank_of(t) - 1}").shape == (
-                ring.num_banks, t.rows, t.cols)
+                ring.num_banks, t.rows * itemsize(t.dtype) // 4, t.cols)
 
 
 def _ring_params(plan, model):

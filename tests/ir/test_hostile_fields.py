@@ -32,6 +32,8 @@ VALID_OPS = {
     "scale": dict(factor=0.5),
     "softcap": dict(cap=30.0),
     "channel_scale": dict(dim=64),
+    "mean_square": dict(dim=64),
+    "rms_scale": dict(dim=64, offset=True),
     "mla": dict(num_heads=2, kv_lora_rank=32, nope_dim=16, rope_dim=8, v_head_dim=16,
                 scaling={"rope_type": "yarn", "factor": 4.0}, output_gate=True),
 }

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from megakernel.errors import IRError
-from megakernel.ir.ops import Rope, RopeScaling, rope_inv_freq
+from megakernel.ir.ops import Rope, RopeScaling, rope_attention_factor, rope_inv_freq
 
 
 def _yarn(**kw):
@@ -29,18 +29,20 @@ def test_deepseek_fixture_frequencies():
 
 def test_attention_factor_and_softmax_mscale():
     fixture = _yarn(mscale=1.0, mscale_all_dim=0.8)
-    assert fixture.attention_factor() == pytest.approx(1.05697, abs=1e-5)
+    assert rope_attention_factor(fixture) == pytest.approx(1.05697, abs=1e-5)
     assert fixture.softmax_mscale() == pytest.approx(1.29511 ** 2, rel=1e-5)
     assert 24 ** -0.5 * fixture.softmax_mscale() == pytest.approx(0.342380, abs=1e-6)
     public = _yarn(mscale=1.0, mscale_all_dim=1.0)          # DeepSeek-V3's config
-    assert public.attention_factor() == 1.0
+    assert rope_attention_factor(public) == 1.0
     assert 192 ** -0.5 * public.softmax_mscale() == pytest.approx(0.135234, abs=1e-6)
     k2 = _yarn(factor=32.0, beta_fast=1.0, mscale=1.0, mscale_all_dim=1.0)
     assert 192 ** -0.5 * k2.softmax_mscale() == pytest.approx(0.130861, abs=1e-6)
     gpt_oss = _yarn(factor=32.0, truncate=False)            # no mscale keys: g(factor)
-    assert gpt_oss.attention_factor() == pytest.approx(0.1 * math.log(32) + 1)
+    explicit = _yarn(attention_factor=1.5, mscale=1.0, mscale_all_dim=0.8)
+    assert rope_attention_factor(explicit) == 1.5           # an explicit factor wins
+    assert rope_attention_factor(gpt_oss) == pytest.approx(0.1 * math.log(32) + 1)
     assert gpt_oss.softmax_mscale() == 1.0
-    assert RopeScaling("linear", 2.0).attention_factor() == 1.0
+    assert rope_attention_factor(RopeScaling("linear", 2.0)) == 1.0
 
 
 def test_truncate_rounds_the_correction_range():
@@ -58,8 +60,8 @@ def test_truncate_rounds_the_correction_range():
 
 def test_rope_op_carries_the_factor():
     op = Rope(2, 16, 1e4, 8, _yarn(mscale=1.0, mscale_all_dim=0.8))
-    assert op.attention_factor == pytest.approx(1.05697, abs=1e-5)
-    assert Rope(2, 16).attention_factor == 1.0
+    assert op.attention_factor() == pytest.approx(1.05697, abs=1e-5)
+    assert Rope(2, 16).attention_factor() == 1.0
 
 
 def test_unknown_rope_type_is_named():
