@@ -54,10 +54,9 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu import runtime as rt
-from megakernel.backends.pallas_tpu.attention import NEG, _row_of, row_align, window_rows
+from megakernel.backends.pallas_tpu import mla_cache, runtime as rt
+from megakernel.backends.pallas_tpu.attention import NEG, _row_of, window_rows
 from megakernel.compiler.buffers import Need, Space
 from megakernel.compiler.layout import LANES, round_up
 from megakernel.compiler.plan_json import GEOMETRIES
@@ -205,85 +204,6 @@ def _new_rows(g, q, kv_a, kv_norm, inv_freq, pos):
     return q_nope, q_pe, latent
 
 
-def _write_latent(g, new, cache, layer, b, pos, win, wsem):
-    """Read-modify-write the aligned window holding rows pos..pos+T-1 of seq b
-    (a DMA into tiled HBM must start on a tile row)."""
-    wr, a, L = window_rows(g), row_align(g.cache_dtype), g.latent
-    if wr == g.max_seq_len:
-        w0 = 0
-    else:
-        w0 = pl.multiple_of(jnp.minimum((pos // a) * a, g.max_seq_len - wr), a)
-    read = pltpu.make_async_copy(cache.at[layer, b, pl.ds(w0, wr), :], win, wsem.at[0])
-    read.start()
-    read.wait()
-    wrow = jax.lax.broadcasted_iota(jnp.int32, (wr, L), 0)
-    nrow = jax.lax.broadcasted_iota(jnp.int32, (g.rows_padded, L), 0)
-    w = win[...].astype(jnp.float32)
-    for t in range(g.tokens):      # row b*T+t picked by a masked sum (exact)
-        row = jnp.sum(jnp.where(nrow == b * g.tokens + t, new, 0.0), axis=0, keepdims=True)
-        w = jnp.where(wrow == pos - w0 + t, row, w)
-    win[...] = w.astype(win.dtype)
-    back = pltpu.make_async_copy(win, cache.at[layer, b, pl.ds(w0, wr), :], wsem.at[0])
-    back.start()
-    back.wait()            # the tile reads below must see the new rows
-
-
-def _sequences(g, cache, layer, start_ref, new, bufs, begin, chunk, finish):
-    """For each sequence b: write its new rows, then stream its valid tiles
-    (double-buffered) in chunks through ``chunk(b, k0, latent [n, L], pos)``
-    (cache dtype, rows past the end zeroed; k0: the chunk's first key
-    position), with ``begin(b)`` before and ``finish(b)`` after."""
-    St, T = g.kv_tile, g.tokens
-    n = chunk_rows(g)
-    tiles, tsem = bufs["tiles"], bufs["tile_sems"]
-
-    def copy(b, i, slot):
-        s0 = pl.multiple_of(i * St, St)
-        return pltpu.make_async_copy(cache.at[layer, b, pl.ds(s0, St), :], tiles.at[slot],
-                                     tsem.at[slot])
-
-    def seq_body(b, carry):
-        pos = start_ref[b]
-        _write_latent(g, new, cache, layer, b, pos, bufs["window"], bufs["window_sems"])
-        n_valid = pos + T
-        hi = (n_valid + St - 1) // St
-        copy(b, 0, 0).start()
-        begin(b)
-
-        def tile_body(i, c2):
-            slot = i % 2
-
-            @pl.when(i + 1 < hi)
-            def _():
-                copy(b, i + 1, 1 - slot).start()
-
-            copy(b, i, slot).wait()
-
-            # A rolled loop over the tile's chunks: one copy of the chunk's code
-            # whatever the tile size (compile time), and a chunk wholly past
-            # the end of the sequence is skipped.
-            def chunk_body(c, c3):
-                r0 = pl.multiple_of(c * n, n)
-                k0 = i * St + r0
-
-                @pl.when(k0 < n_valid)
-                def _():
-                    # rows past the valid end may hold anything (NaN in strict mode)
-                    row = jax.lax.broadcasted_iota(jnp.int32, (n, 1), 0)
-                    lat = jnp.where(k0 + row < n_valid, tiles[slot, pl.ds(r0, n), :], 0)
-                    chunk(b, k0, lat, pos)
-                return c3
-
-            jax.lax.fori_loop(0, St // n, chunk_body, 0)
-            return c2
-
-        jax.lax.fori_loop(0, hi, tile_body, 0)
-        finish(b)
-        return carry
-
-    jax.lax.fori_loop(0, g.batch, seq_body, 0)
-
-
 def _online(m_ref, l_ref, acc_ref, s, mask, value):
     """One online-softmax step: scores s (masked), values ``value``."""
     s = jnp.where(mask, s, NEG)
@@ -297,6 +217,15 @@ def _online(m_ref, l_ref, acc_ref, s, mask, value):
     m_ref[...] = m_new
 
 
+def _fresh(m_ref, l_ref, acc_ref):
+    """The ``begin`` of a sequence: an empty online softmax (max -inf, sums 0)."""
+    def begin(b):
+        m_ref[...] = jnp.full(m_ref.shape, NEG, jnp.float32)
+        l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+    return begin
+
+
 def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
     R, RP, T, M = g.rank, g.rows_padded, g.tokens, g.rows
     dn, dv = g.nope_dim, g.v_dim
@@ -306,12 +235,7 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         absorbed = _dot(q_nope[h], w_uk[pl.ds(h * dn, dn), :].astype(jnp.float32))
         q_lat[pl.ds(h * RP, RP), :] = jnp.concatenate([absorbed, q_pe[h]], axis=-1) * g.scale
     out[...] = jnp.zeros(out.shape, jnp.float32)
-    n = chunk_rows(g)
-
-    def begin(b):
-        m[...] = jnp.full(m.shape, NEG, jnp.float32)
-        l[...] = jnp.zeros(l.shape, jnp.float32)
-        acc[...] = jnp.zeros(acc.shape, jnp.float32)
+    n, begin = chunk_rows(g), _fresh(m, l, acc)
 
     def chunk(b, k0, lat, pos):
         lat = lat.astype(jnp.float32)
@@ -327,7 +251,7 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         safe = jnp.where(l[...] > 0, l[...], 1.0)    # other sequences' rows have l == 0
         out[...] = jnp.where(rows_b, acc[...] / safe, out[...])
 
-    _sequences(g, cache, layer, start_ref, new, bufs, begin, chunk, finish)
+    mla_cache.sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish)
     # o_h = c^_h W_UV_h: back from latent space to this head's values
     return [_dot(out[pl.ds(h * RP, RP), :], w_uv[:, pl.ds(h * dv, dv)].astype(jnp.float32))
             for h in range(g.heads)]
@@ -343,12 +267,7 @@ def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         qn[h] = q_nope[h] * g.scale
         qp[h] = q_pe[h] * g.scale
     out[...] = jnp.zeros(out.shape, jnp.float32)
-    n = chunk_rows(g)
-
-    def begin(b):
-        m[...] = jnp.full(m.shape, NEG, jnp.float32)
-        l[...] = jnp.zeros(l.shape, jnp.float32)
-        acc[...] = jnp.zeros(acc.shape, jnp.float32)
+    n, begin = chunk_rows(g), _fresh(m, l, acc)
 
     def chunk(b, k0, lat, pos):
         c_kv = lat[:, :R].astype(w_uk.dtype)
@@ -374,7 +293,7 @@ def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
             safe = jnp.where(lh > 0, lh, 1.0)
             out[h] = jnp.where(rows_b, acc[h] / safe, out[h])
 
-    _sequences(g, cache, layer, start_ref, new, bufs, begin, chunk, finish)
+    mla_cache.sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish)
     return [out[h] for h in range(g.heads)]
 
 
