@@ -43,9 +43,11 @@ from pathlib import Path  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 FORMAT = "megakernel.bench/1"
 
-# (zoo name, TensorCores); all at batch 1.
+# (zoo name, TensorCores); all at batch 1. DeepSeek-V3 and Kimi-K2 (MLA) need
+# 32 TensorCores (16 chips, tpu7x:4x4x1) to hold their bf16 weights.
 MODELS = (("tiny-dense", 1), ("tiny-moe", 1), ("llama-3.2-1b", 1), ("qwen3-8b", 4),
-          ("qwen3-32b", 8), ("qwen3-30b-a3b", 8), ("mixtral-8x7b", 8))
+          ("qwen3-32b", 8), ("qwen3-30b-a3b", 8), ("mixtral-8x7b", 8), ("deepseek-v3", 32),
+          ("kimi-k2", 32))
 # Interpret-mode stages (check, trace) run the kernel on this CPU: tiny models only.
 INTERPRET = ("tiny-dense", "tiny-moe")
 # AOT compile time of the 64-layer model against the same model cut to this many layers.
@@ -118,6 +120,9 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
                modeled_bytes_per_step=c.hbm_bytes_per_core,
                min_bytes_per_step=c.floor_bytes_per_core,
                plan_vmem_bytes=plan.memory.vmem_total, plan_digest=plan.digest())
+    forms = sorted({g.geometry.form for g in plan.memory.geometries if g.library == "mla"})
+    if forms:
+        rec["mla_form"] = "/".join(forms)
     sync = synchronised_us(expand(model, c).events)
     rec.update(modeled_sync_step_ms=sync["strict"] / 1e3,
                modeled_sync_overlap_step_ms=sync["overlap"] / 1e3,
@@ -147,7 +152,8 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
         if not aot:
             rec["skipped"]["aot"] = aot_reason
         elif kernel is not None:
-            res = _stage(rec, "aot", lambda: backend.aot_compile(kdir, plan))
+            res = _stage(rec, "aot", lambda: backend.aot_compile(
+                kdir, plan, topology=aot_topology(devices)))
             if res is not None:
                 rec["compiled_vmem_bytes"] = res.vmem_used_bytes
                 rec["aot_plan_vmem_bytes"] = res.plan_vmem_bytes
@@ -200,6 +206,14 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
 
 
 KERNEL_FALLBACK = {"allreduce": "one_shot"}
+
+
+def aot_topology(devices: int) -> str:
+    """The smallest TPU7x topology with at least ``devices`` TensorCores."""
+    from megakernel.cli_args import TOPOLOGIES
+
+    return min((n, t) for t, n in TOPOLOGIES.items()
+               if t.startswith("tpu7x:") and n >= max(devices, 8))[1]
 
 
 def _collective_unsupported(error: str) -> bool:

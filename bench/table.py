@@ -9,7 +9,7 @@ stage that did not produce its number.
 from __future__ import annotations
 
 COLUMNS = ("model", "cores", "plan s", "codegen s", "AOT s", "step ms (modeled)",
-           "HBM floor ms (modeled)", "eff. (modeled)", "sync-ops ms (modeled)",
+           "HBM floor ms (modeled)", "eff. (modeled)", "MLA form", "sync-ops ms (modeled)",
            "trace replay ms mega/sync (modeled)",
            "VMEM MiB compiled/plan (diff)", "XLA copies MiB", "bytes/step trace/min", "check s")
 
@@ -67,6 +67,7 @@ class _Cells:
         cells.append(s(r, "plan", lambda: f"{r['modeled_step_ms']:.3f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_hbm_floor_ms']:.3f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_efficiency']:.1%}"))
+        cells.append(s(r, "plan", lambda: r.get("mla_form", "-")))
         cells.append(s(r, "plan", lambda: f"{r['modeled_sync_step_ms']:.3f} "
                                           f"(x{r['modeled_sync_slowdown']:.2f})"))
         cells.append(s(r, "replay", lambda: f"{r['replay_step_ms']:.4f}/"
@@ -119,6 +120,8 @@ def render(records: list[dict], summary: dict) -> str:
         "  it copies the in-place KV caches in and the outputs out (docs/verification.md).",
         "check s: interpret-mode check of 2 decode steps vs the plain-JAX reference "
         "(FAIL = disagreed).",
+        "MLA form: the multi-head latent attention form the cost model chose (absorbed or "
+        "expanded; the plan's choices give both modeled costs).",
         "Timings are wall clock on a shared 2-core CPU machine, noisy: compare ratios within "
         "one run. 'modeled' = cost model, not a measurement.",
     ]

@@ -46,14 +46,28 @@ def plan_model(model: Model, *, target: "Target | str | None" = None, devices: i
     # Several MoE splits: compare them with a one-round geometry search, then
     # refine the winner with the full search.
     caches = {ep: {} for ep in options}
-    candidates = [_plan_one(model, target, request, ep, rounds=1 if len(options) > 1 else 2,
-                            cache=caches[ep]) for ep in options]
+    candidates, refused = [], []
+    for ep in options:
+        try:
+            candidates.append(_plan_one(model, target, request, ep,
+                                        rounds=1 if len(options) > 1 else 2, cache=caches[ep]))
+        except PlanningError as err:
+            # A split whose shards overflow HBM (e.g. expert widths padded to
+            # 128 lanes under tensor parallelism) leaves the others to try.
+            if err.path != "plan.hbm" or len(options) == 1:
+                raise
+            refused.append((ep, err))
+    if not candidates:
+        listing = "; ".join(f"ep={ep}: {err.message}" for ep, err in refused)
+        raise PlanningError(f"no expert-parallel degree fits HBM: {listing}", path="plan.hbm",
+                            hint=refused[0][1].hint)
+    options = [ep for ep in options if ep not in {e for e, _ in refused}]
     best = min(candidates, key=lambda p: p.cost.step_ms)
     if len(options) > 1:
         ep = options[candidates.index(best)]
         refined = _plan_one(model, target, request, ep, rounds=2, cache=caches[ep])
         best = min((best, refined), key=lambda p: p.cost.step_ms)
-    return _with_choices(best, candidates)
+    return _with_choices(best, candidates, model, refused)
 
 
 def _plan_one(model: Model, target: Target, request, ep, *, rounds: int, cache: dict) -> Plan:
@@ -80,12 +94,15 @@ def _expert_parallel_options(model: Model, request) -> list:
     return moe_degrees(model, request.devices)
 
 
-def _with_choices(best: Plan, candidates: list[Plan]) -> Plan:
+def _with_choices(best: Plan, candidates: list[Plan], model: Model,
+                  refused: list = ()) -> Plan:
     import dataclasses
 
     choices = []
-    if len(candidates) > 1:
+    if len(candidates) + len(refused) > 1:
         listing = ", ".join(f"ep={p.shard.ep}: {p.cost.step_ms:.3f} ms" for p in candidates)
+        listing += "".join(f", ep={ep}: does not fit HBM ({err.message.split(' of HBM')[0]})"
+                           for ep, err in refused)
         choices.append(("moe_parallel", f"ep={best.shard.ep} (modeled {listing})"))
     g = best.memory.geometry
     slots = f"{g.expert_slots} expert slots, " if best.memory.experts else ""
@@ -93,4 +110,16 @@ def _with_choices(best: Plan, candidates: list[Plan]) -> Plan:
                     f"kv_tile {g.kv_tile} (lowest modeled step time within the VMEM budget)"))
     for spec in best.collectives.specs:
         choices.append((spec.name, f"{spec.algorithm} ({spec.seconds * 1e6:.1f} us modeled)"))
+    choices += [c for notes in CHOICE_NOTES for c in notes(best, model)]
     return dataclasses.replace(best, choices=tuple(choices))
+
+
+def _mla_notes(plan: Plan, model: Model):
+    from megakernel.compiler.kind_mla import form_notes
+
+    return form_notes(plan, model)
+
+
+# Functions (plan, model) -> [(decision, why)] that explain choices op rules
+# made inside the stages (the MLA form of each MLA node).
+CHOICE_NOTES = [_mla_notes]

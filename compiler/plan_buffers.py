@@ -84,6 +84,7 @@ class OpCtx:
     rows_padded: int
     kv: tuple
     experts: tuple
+    target: object = None    # the Target (cost constants, for rules that choose by cost)
 
 
 VECTORS = "<vectors>"      # Binding.node of a stack's per-layer vector buffers
@@ -126,12 +127,13 @@ def _moe(cx: OpCtx, node) -> OpLayout:
         renormalize=op.renormalize, routed_scaling=op.routed_scaling,
         activation=op.activation.value, slots=es.slots, dtype=es.dtype, chunk=es.chunk,
         router_logit_bias=op.router_logit_bias, expert_bias=op.expert_bias,
-        swiglu_limit=op.swiglu_limit, swiglu_alpha=op.swiglu_alpha)
+        swiglu_limit=op.swiglu_limit, swiglu_alpha=op.swiglu_alpha,
+        n_group=op.n_group, topk_group=op.topk_group)
     return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS, moe.value_bytes(g, cx.ss, node))
 
 
 def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts,
-                  rows_p) -> tuple[tuple[Binding, ...], tuple[OpGeometry, ...], int]:
+                  rows_p, target=None) -> tuple[tuple[Binding, ...], tuple[OpGeometry, ...], int]:
     """Add every stack's buffers to ``table``; returns (bindings, geometries,
     the most bytes of values one op of a layer holds with the tensors live
     around it)."""
@@ -142,7 +144,7 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
     bindings, geometries, most_vectors, peak = [], [], 0, 0
     for st, ss in zip(model.stacks, shard.stacks):
         s = ss.stack
-        cx = OpCtx(model, ss, request, request.rows, rows_p, kv, experts)
+        cx = OpCtx(model, ss, request, request.rows, rows_p, kv, experts, target)
         live = _live_tensors(st.layer)
         for node in st.layer.nodes:
             at = index[f"s{s}.{node.name}"]

@@ -240,7 +240,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
         table.add(sized("barrier", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "barrier_semaphore",
                         0, 0, "start handshake before the first remote copy", role="builtin"))
     bindings, geometries, layer_peak = layer_buffers(table, model, shard, request, points, kv,
-                                                     experts, rows_p)
+                                                     experts, rows_p, target)
     # The head holds the normed hidden state and a few logits blocks as values.
     head_peak = 4 * rows_p * (model.hidden_size + 3 * stream.head_block)
     values = values_bytes(ring.bank_rows * ring.bank_cols * itemsize(ring.dtype), ring.max_pieces,

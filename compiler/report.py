@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from megakernel.compiler.buffers import Space
 from megakernel.compiler.cost import LABEL
-from megakernel.compiler.layout import mib, padded_shape
+from megakernel.compiler.layout import itemsize, mib, padded_shape
 from megakernel.compiler.plan import Plan
 
 
@@ -53,6 +53,14 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         for node, ep, tp, local, width in st.experts:
             shard_lines.append(f"stack {st.stack} {node}: expert parallel {ep} x tensor parallel "
                                f"{tp}: {local} experts per core, intermediate {width} per core")
+        for s in st.states:
+            b = m.buffer(f"hbm.s{st.stack}.{s.node}.{s.name}")
+            row = (f"; {b.shape[-1] * itemsize(b.dtype):,} B per token per layer"
+                   if s.access == "append" else "")
+            shard_lines.append(
+                f"stack {st.stack} {s.node}.{s.name} ({s.access} state): "
+                f"{'x'.join(map(str, b.shape))} {b.dtype}, {_size(b.nbytes)} per core{row}, "
+                + ("replicated on every core" if not s.splits else "split over the cores"))
     shard_lines.append(f"vocabulary: {plan.shard.vocab_stride} per core, padded to "
                        f"{plan.shard.vocab_local}")
     pads = plan.shard.padding()

@@ -26,6 +26,8 @@ class Overrides:
     logits: "argmax" (vocab-sharded logits + distributed argmax) or "gather".
     allreduce: "one_shot" or "rs_ag" for every tensor-parallel all-reduce.
     embed: "vocab" (vocab-sharded table + all-reduce) or "replicated".
+    mla_form: "absorbed" or "expanded" for every multi-head latent attention
+        (backends/pallas_tpu/mla.py); None: the cheaper by the cost model.
     """
 
     bank_bytes: int | None = None
@@ -37,6 +39,7 @@ class Overrides:
     logits: str = "argmax"
     allreduce: str | None = None
     embed: str = "vocab"
+    mla_form: str | None = None
 
     def __post_init__(self):
         for name in ("bank_bytes", "num_banks", "expert_slots", "slot_chunks", "kv_tile"):
@@ -51,6 +54,8 @@ class Overrides:
         _choice(self.embed, ("vocab", "replicated"), "embed")
         if self.allreduce is not None:
             _choice(self.allreduce, ("one_shot", "rs_ag"), "allreduce")
+        if self.mla_form is not None:
+            _choice(self.mla_form, ("absorbed", "expanded"), "mla_form")
         if self.moe_parallel is not None and not isinstance(self.moe_parallel, int):
             _choice(self.moe_parallel, ("tp", "ep"), "moe_parallel")
 

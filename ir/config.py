@@ -50,6 +50,27 @@ class MoEConfig:
     expert_bias: Bool = False
     swiglu_limit: AnyFloat | None = None
     swiglu_alpha: AnyFloat = 1.0
+    # DeepSeek's group-limited routing (MoE op): 1 / 1 is plain top-k.
+    n_group: Int(1, limits.MAX_EXPERTS) = 1
+    topk_group: Int(1, limits.MAX_EXPERTS) = 1
+
+
+@node
+class MLAConfig:
+    """Multi-head latent attention (DeepSeek-V3, Kimi; ir/kind_mla.py), in
+    Hugging Face's names. ``q_lora_rank`` 0: one q projection instead of
+    q_a -> norm -> q_b. ``rope`` false: Kimi's NoPE (the rope part is split
+    off but not rotated). ``latent_norm_eps``: the q_a and kv_a norms' eps
+    (Hugging Face builds them with 1e-6 whatever rms_norm_eps says)."""
+
+    kv_lora_rank: _Width
+    qk_nope_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    qk_rope_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    v_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    q_lora_rank: Int(0, limits.MAX_WIDTH) = 0
+    rope: Bool = True
+    output_gate: Bool = False
+    latent_norm_eps: AnyFloat = 1e-6
 
 
 @node
@@ -104,6 +125,8 @@ class ModelConfig:
     sliding_rope_theta: AnyFloat | None = None
     # OLMo 2: q_norm / k_norm over the whole projection, all heads together.
     qk_norm_all_heads: Bool = False
+    # Multi-head latent attention; with it the default mixer is "mla".
+    mla: MLAConfig | None = None
 
     def __post_init__(self):
         if self.moe is None and self.first_k_dense:
@@ -141,7 +164,9 @@ class ModelConfig:
 
     def mixer(self, index: int) -> str:
         """The mixer of layer ``index``: its name in MIXERS."""
-        return "full_attention" if self.layer_types is None else self.layer_types[index]
+        if self.layer_types is not None:
+            return self.layer_types[index]
+        return "mla" if self.mla is not None else "full_attention"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -259,7 +284,8 @@ def _moe(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
                                     m.expert_intermediate, m.scoring, m.correction_bias,
                                     m.renormalize, m.routed_scaling, m.num_shared_experts,
                                     m.shared_intermediate, c.activation, m.router_logit_bias,
-                                    m.expert_bias, m.swiglu_limit, m.swiglu_alpha),
+                                    m.expert_bias, m.swiglu_limit, m.swiglu_alpha,
+                                    n_group=m.n_group, topk_group=m.topk_group),
                  (hn,), "ffn_out")
 
 

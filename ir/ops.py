@@ -143,7 +143,10 @@ class RopeScaling:
     wavelength-dependent scaling; ``linear``: positions divided by ``factor``;
     ``yarn``: YaRN's ramp between interpolated and original frequencies
     (``beta_fast``/``beta_slow`` rotations, rounded outward when ``truncate``),
-    with cos and sin multiplied by ``attention_factor`` (0: 0.1 ln(factor) + 1)."""
+    with cos and sin multiplied by ``rope_attention_factor``: ``attention_factor``
+    if set, else g(factor, mscale) / g(factor, mscale_all_dim) when both are
+    set, else g(factor) = 0.1 ln(factor) + 1 (Hugging Face's rule). DeepSeek's
+    MLA also multiplies its softmax scale by ``softmax_mscale()``."""
 
     rope_type: Literal["llama3", "linear", "yarn"]
     factor: Float(*limits.ROPE_FACTOR, open_low=True)
@@ -154,6 +157,8 @@ class RopeScaling:
     beta_slow: FreqFactor = 1.0
     truncate: Bool = True
     attention_factor: Float(0.0, limits.ROPE_FACTOR[1]) = 0.0
+    mscale: Float(0.0, limits.MAX_SCALE) = 0.0            # 0: absent
+    mscale_all_dim: Float(0.0, limits.MAX_SCALE) = 0.0    # 0: absent
 
     SUPPORTED: ClassVar[tuple[str, ...]] = ("llama3", "linear", "yarn")
 
@@ -162,6 +167,50 @@ class RopeScaling:
             raise _fail("high_freq_factor",
                         f"high_freq_factor={self.high_freq_factor} must exceed "
                         f"low_freq_factor={self.low_freq_factor}")
+
+    def softmax_mscale(self) -> float:
+        """DeepSeek's multiplier of the attention softmax scale: m^2 with
+        m = 0.1 * mscale_all_dim * ln(factor) + 1 under YaRN, else 1."""
+        if self.rope_type != "yarn" or not self.mscale_all_dim:
+            return 1.0
+        return _yarn_mscale(self.factor, self.mscale_all_dim) ** 2
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rope_attention_factor(s: "RopeScaling | None") -> float:
+    """What cos and sin are multiplied by (YaRN's attention scaling; else 1)."""
+    if s is None or s.rope_type != "yarn":
+        return 1.0
+    if s.attention_factor:
+        return s.attention_factor
+    if s.mscale and s.mscale_all_dim:
+        return _yarn_mscale(s.factor, s.mscale) / _yarn_mscale(s.factor, s.mscale_all_dim)
+    return _yarn_mscale(s.factor)
+
+
+def rope_inv_freq(theta: float, rotary_dim: int, s: "RopeScaling | None") -> np.ndarray:
+    """Per-pair inverse frequencies [rotary_dim // 2], float64, scaling applied."""
+    rd = rotary_dim
+    inv = 1.0 / (theta ** (np.arange(0, rd, 2, dtype=np.float64) / rd))
+    if s is None:
+        return inv
+    if s.rope_type == "linear":
+        return inv / s.factor
+    if s.rope_type == "yarn":
+        return _yarn_inv_freq(inv, s, rd, theta)
+    # llama3: long wavelengths slowed by `factor`, short ones kept, a smooth
+    # blend in between (Llama 3.1 reference implementation's equations).
+    wavelen = 2 * math.pi / inv
+    low_wl = s.original_max_position / s.low_freq_factor
+    high_wl = s.original_max_position / s.high_freq_factor
+    smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor)
+    blended = (1 - smooth) * inv / s.factor + smooth * inv
+    return np.where(wavelen > low_wl, inv / s.factor,
+                    np.where(wavelen < high_wl, inv, blended))
 
 
 @node
@@ -186,34 +235,11 @@ class Rope(Op):
 
     def inv_freq(self) -> np.ndarray:
         """Per-pair inverse frequencies [rotary_dim // 2], float64, scaling applied."""
-        rd = self.rotary_dim
-        inv = 1.0 / (self.theta ** (np.arange(0, rd, 2, dtype=np.float64) / rd))
-        s = self.scaling
-        if s is None:
-            return inv
-        if s.rope_type == "linear":
-            return inv / s.factor
-        if s.rope_type == "yarn":
-            return _yarn_inv_freq(inv, s, rd, self.theta)
-        # llama3: long wavelengths slowed by `factor`, short ones kept, a smooth
-        # blend in between (Llama 3.1 reference implementation's equations).
-        wavelen = 2 * math.pi / inv
-        low_wl = s.original_max_position / s.low_freq_factor
-        high_wl = s.original_max_position / s.high_freq_factor
-        smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (
-            s.high_freq_factor - s.low_freq_factor)
-        blended = (1 - smooth) * inv / s.factor + smooth * inv
-        return np.where(wavelen > low_wl, inv / s.factor,
-                        np.where(wavelen < high_wl, inv, blended))
+        return rope_inv_freq(self.theta, self.rotary_dim, self.scaling)
 
     def attention_factor(self) -> float:
         """What cos and sin are multiplied by (YaRN's attention scaling; else 1)."""
-        s = self.scaling
-        if s is None or s.rope_type != "yarn":
-            return 1.0
-        if s.attention_factor:
-            return s.attention_factor
-        return 0.1 * math.log(s.factor) + 1.0 if s.factor > 1 else 1.0
+        return rope_attention_factor(self.scaling)
 
     def infer(self, inputs):
         _expect_shapes(self, inputs, ((self.num_heads * self.head_dim,),))
@@ -325,6 +351,12 @@ class MoE(Op):
     logits (selection and weights alike); ``expert_bias`` gives each expert
     biases on gate, up and down; ``swiglu_limit`` L replaces act(g) * u by
     (clip(u, -L, L) + 1) * min(g, L) * sigmoid(swiglu_alpha * min(g, L)).
+
+    Group-limited selection (DeepSeek-V3's ``n_group`` / ``topk_group``): the
+    experts form ``n_group`` contiguous groups; each group scores the sum of
+    its two best selection scores, only the ``topk_group`` best groups stay
+    eligible, and the top k are chosen among their experts. Every tie goes to
+    the lowest index (group or expert).
     """
 
     kind: ClassVar[str] = "moe"
@@ -343,10 +375,25 @@ class MoE(Op):
     expert_bias: Bool = False
     swiglu_limit: Float(0.0, limits.MAX_SCALE, open_low=True) | None = None
     swiglu_alpha: Float(0.0, limits.MAX_SCALE, open_low=True) = 1.0
+    n_group: Int(1, limits.MAX_EXPERTS) = 1
+    topk_group: Int(1, limits.MAX_EXPERTS) = 1
 
     def __post_init__(self):
         if self.top_k > self.num_experts:
             raise _fail("top_k", f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if self.n_group > 1:
+            per = self.num_experts // self.n_group
+            if self.num_experts % self.n_group or per < 2:
+                raise _fail("n_group", f"n_group={self.n_group} must split num_experts="
+                            f"{self.num_experts} into equal groups of at least 2 experts")
+            if self.topk_group > self.n_group:
+                raise _fail("topk_group", f"topk_group={self.topk_group} exceeds n_group="
+                            f"{self.n_group}")
+            if self.top_k > self.topk_group * per:
+                raise _fail("top_k", f"top_k={self.top_k} exceeds the {self.topk_group * per} "
+                            f"experts of topk_group={self.topk_group} groups of {per}")
+        elif self.topk_group != 1:
+            raise _fail("topk_group", f"topk_group={self.topk_group} needs n_group > 1")
         if self.num_shared_experts and not self.shared_intermediate:
             raise _fail("shared_intermediate", f"shared_intermediate=0 with "
                         f"num_shared_experts={self.num_shared_experts}: expected >= 1")

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Sizes:
-    """``param_bytes`` of every weight; ``cache_bytes`` of the KV caches of one
-    sequence of ``max_seq_len`` positions."""
+    """``param_bytes`` of every weight; ``cache_bytes`` of the state the ops
+    keep (KV and latent caches) for one sequence of ``max_seq_len`` positions."""
 
     name: str
     param_bytes: int
@@ -45,23 +45,47 @@ def of_config(c: "ModelConfig") -> Sizes:
     h, d = c.hidden_size, c.head_dim
     q, kv = c.num_q_heads * d, c.num_kv_heads * d
     norms = 2 * h * (c.pre_norms + c.post_norms)
-    attn = norms + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
+    attn = h * q + 2 * h * kv + q * h                    # q, k, v, o
     attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + c.num_q_heads * c.attention_sinks
     attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm
-    dense = (attn + 3 * h * c.intermediate_size) * item
-    moe, moe_layers = 0, 0
+    attn_cache = 2 * c.max_seq_len * kv * item
+    mla, mla_cache = _mla_sizes(c) if c.mla is not None else (0, 0)
+    dense = 3 * h * c.intermediate_size * item
+    moe = 0
     if c.moe is not None:
         m = c.moe
         i = m.expert_intermediate
         routed = m.num_experts * (h + 3 * h * i + m.router_logit_bias + (2 * i + h) * m.expert_bias)
         shared = 3 * h * m.num_shared_experts * m.shared_intermediate
         # The router's correction bias is kept in float32 (MoE.params).
-        moe = (attn + routed + shared) * item + 4 * m.num_experts * m.correction_bias
-        moe_layers = c.num_layers - c.first_k_dense
-    layers = (c.num_layers - moe_layers) * dense + moe_layers * moe
+        moe = (routed + shared) * item + 4 * m.num_experts * m.correction_bias
+    layers = cache = 0
+    for i in range(c.num_layers):
+        is_mla = c.mixer(i) == "mla"
+        layers += (norms + (mla if is_mla else attn)) * item
+        layers += moe if c.layer_kind(i) == "moe" else dense
+        cache += mla_cache if is_mla else attn_cache
     embed = c.vocab_size * h * (1 if c.tie_embeddings else 2) + h
-    cache = c.num_layers * 2 * c.max_seq_len * kv * item
     return Sizes(c.name, layers + embed * item, cache, c.max_seq_len)
+
+
+def _mla_sizes(c: "ModelConfig") -> tuple[int, int]:
+    """(weights, latent-cache bytes per sequence) of one MLA mixer besides its
+    block norms (ir/kind_mla.py): q path, kv_a, optional gate, kv_norm, w_uk,
+    w_uv, o."""
+    m, h, heads = c.mla, c.hidden_size, c.num_q_heads
+    item = DType.parse(c.dtype).itemsize
+    dn, dr, dv, r = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+    qk = heads * (dn + dr)
+    if m.q_lora_rank:
+        query = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * qk
+        query += m.q_lora_rank * c.qkv_bias
+    else:
+        query = h * qk + qk * c.qkv_bias
+    params = (query + h * (r + dr) + (r + dr) * c.qkv_bias + r + heads * dn * r
+              + r * heads * dv + heads * dv * h + h * c.o_bias)
+    params += h * heads * dv * m.output_gate
+    return params, c.max_seq_len * (r + dr) * item
 
 
 def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["Layer"],

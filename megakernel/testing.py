@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from megakernel.ir.config import MoEConfig, ModelConfig
+from megakernel.ir.config import MLAConfig, MoEConfig, ModelConfig
 
 
 @st.composite
@@ -21,9 +21,15 @@ def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
     num_experts = draw(st.integers(4, max_experts))
     shared = draw(st.integers(0, 1))
     limit = draw(st.sampled_from([None, 1.5]))       # gpt-oss's clamped SwiGLU (silu only)
+    # DeepSeek's group-limited routing, when the experts split into groups of >= 2.
+    n_group = draw(st.sampled_from([g for g in (1, 2, 4) if num_experts % g == 0
+                                    and num_experts // g >= 2]))
+    topk_group = draw(st.integers(1, n_group))
+    eligible = topk_group * num_experts // n_group if n_group > 1 else num_experts
     return MoEConfig(
         num_experts=num_experts,
-        top_k=draw(st.integers(1, min(4, num_experts))),
+        top_k=draw(st.integers(1, min(4, eligible))),
+        n_group=n_group, topk_group=topk_group if n_group > 1 else 1,
         expert_intermediate=draw(st.sampled_from([128, 256])),
         scoring=draw(st.sampled_from(["softmax", "sigmoid"])),
         correction_bias=draw(st.booleans()),
@@ -39,13 +45,27 @@ def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
 
 
 @st.composite
+def mla_blocks(draw) -> MLAConfig:
+    """Multi-head latent attention dims that tile: latent rank, nope / rope /
+    value widths (value width independent of the key's), q LoRA or not, NoPE,
+    output gate."""
+    return MLAConfig(kv_lora_rank=draw(st.sampled_from([64, 128])),
+                     qk_nope_head_dim=draw(st.sampled_from([32, 64])),
+                     qk_rope_head_dim=draw(st.sampled_from([16, 32])),
+                     v_head_dim=draw(st.sampled_from([32, 48, 64])),
+                     q_lora_rank=draw(st.sampled_from([0, 64])),
+                     rope=draw(st.booleans()), output_gate=draw(st.booleans()))
+
+
+@st.composite
 def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512),
                   moe: bool | None = None, dtype: str | None = None,
-                  cores: int = 1) -> ModelConfig:
+                  cores: int = 1, mla: bool | None = False) -> ModelConfig:
     """A valid card: dense or MoE (``moe=None`` draws either), 1..max_layers layers,
     with query heads that split evenly over ``cores`` TensorCores, and any of the
     families' options (norm placement, soft-caps, sinks, YaRN, mixed sliding
-    and full layers, the embedding scale, the norm over all heads, gpt-oss's MoE)."""
+    and full layers, the embedding scale, the norm over all heads, gpt-oss's MoE);
+    with multi-head latent attention when ``mla`` (None draws either)."""
     hidden = draw(st.sampled_from(hidden_sizes))
     kv_heads = draw(st.sampled_from([1, 2, 4]))
     q_heads = draw(st.sampled_from([kv_heads * g for g in (1, 2, 4, 8)
@@ -60,7 +80,10 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                            "original_max_position": 64},
                                     {"rope_type": "yarn", "factor": 4.0,
-                                     "original_max_position": 32, "truncate": False}]))
+                                     "original_max_position": 32, "truncate": False},
+                                    {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                                     "beta_slow": 1.0, "original_max_position": 16,
+                                     "mscale": 1.0, "mscale_all_dim": 0.5}]))
     activation = draw(st.sampled_from(["silu", "gelu", "gelu_tanh"]))
     if moe_cfg is not None and activation != "silu" and moe_cfg.swiglu_limit is not None:
         moe_cfg = dataclasses.replace(moe_cfg, swiglu_limit=None, swiglu_alpha=1.0)
@@ -72,6 +95,12 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
     qk_norm = draw(st.booleans())
     # A norm over all heads sums over cores: only where no core holds a copy.
     all_heads = qk_norm and kv_heads % cores == 0 and draw(st.booleans())
+    softcap, sinks = draw(st.sampled_from([None, 20.0])), draw(st.booleans())
+    latent = draw(mla_blocks()) if (draw(st.booleans()) if mla is None else mla) else None
+    if latent is not None:       # fields of GQA attention that MLA layers refuse
+        rotary, qk_norm, all_heads, window, mixed, softcap, sinks = (
+            0, False, False, None, False, None, False)
+        scaling = scaling if latent.rope else None
     return ModelConfig(
         name="drawn",
         vocab_size=draw(st.sampled_from([256, 512])),
@@ -101,13 +130,14 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
         pre_norms=pre_norms,
         post_norms=post_norms,
         qk_norm_all_heads=all_heads,
-        attn_logit_softcap=draw(st.sampled_from([None, 20.0])),
-        attention_sinks=draw(st.booleans()),
+        attn_logit_softcap=softcap,
+        attention_sinks=sinks,
         # Gemma's embedding scale beside pre-norms, as in Gemma: without them the
         # unnormalised x16 residual makes K/V entries of ~35, where the cache
         # comparisons' absolute 1e-5 is a few float32 ulps.
         scale_embeddings=pre_norms and draw(st.booleans()),
         final_logit_softcap=draw(st.sampled_from([None, 30.0])),
+        mla=latent,
     )
 
 
@@ -300,10 +330,12 @@ def check_examples(model, *, examples: int = 10, devices: int = 1, max_batch: in
     return f"{len(seen)} drawn case(s) agree with the reference:\n  " + "\n  ".join(seen)
 
 
-def check_hf_fixture(folder, *, devices: int = 1) -> list[tuple[str, float]]:
+def check_hf_fixture(folder, *, devices: int = 1,
+                     overrides=None) -> list[tuple[str, float]]:
     """Decode a Hugging Face fixture (``tests/fixtures/hf/*``) through generated
     kernels: a T0-token prefill, then two 1-token steps, each compared with the
-    logits transformers wrote. Returns (step, max |err| / logit scale) pairs."""
+    logits transformers wrote. Returns (step, max |err| / logit scale) pairs.
+    ``overrides``: the planner's (e.g. ``{"mla_form": "expanded"}``)."""
     from pathlib import Path
 
     from megakernel.backends.pallas_tpu import run
@@ -324,7 +356,8 @@ def check_hf_fixture(folder, *, devices: int = 1) -> list[tuple[str, float]]:
     caches = {k: np.asarray(v) for k, v in reference.init_caches(model, b).items()}
     out = []
     for name, ids, start, expected in steps:
-        plan = plan_model(model, devices=devices, batch=b, tokens=ids.shape[1])
+        plan = plan_model(model, devices=devices, batch=b, tokens=ids.shape[1],
+                          overrides=overrides)
         runner = run.KernelRunner(_kernel_module(model, plan, None), model, plan, weights,
                                   run.make_mesh(devices), run.interpret_params())
         runner.set_caches(caches)

@@ -33,10 +33,12 @@ from megakernel.models.tensor_files import TensorFiles as _Files
 
 @dataclass(frozen=True)
 class Source:
-    """An HF tensor name (``{e}`` stands for the expert) and its reshape rule."""
+    """An HF tensor name (``{e}`` stands for the expert), its reshape rule and
+    the rule's extra arguments (head counts, for the families that need them)."""
 
     name: str
     rule: str = "copy"
+    args: tuple = ()
 
 
 def _attn_mlp() -> dict[str, tuple[Source, ...]]:
@@ -200,11 +202,24 @@ _RULES = {
 }
 
 
-def _sources(model_type: str, weight: str) -> tuple[tuple[Source, ...], int | None]:
+def _family_tables(model_type: str, config: dict, model: Model):
+    """(layer name table, ignored tensor prefixes) of one checkpoint: the fixed
+    rows of ``NAMES``, or those a family builds from its config and model
+    (models/hf_deepseek.py: head counts, the rope permutation, MTP layers)."""
+    if model_type in NAMES:
+        return NAMES[model_type], ()
+    from megakernel.models import hf_deepseek
+
+    _RULES.update(hf_deepseek.RULES)
+    return (hf_deepseek.checkpoint_names(config, model),
+            hf_deepseek.ignored_prefixes(config))
+
+
+def _sources(names: dict, weight: str) -> tuple[tuple[Source, ...], int | None]:
     if weight in GLOBAL:
         return GLOBAL[weight], None
     _, i, suffix = weight.split(".", 2)
-    return NAMES[model_type].get(suffix, ()), int(i)
+    return names.get(suffix, ()), int(i)
 
 
 def load_checkpoint(path: str | Path, model: Model | None = None, *,
@@ -213,31 +228,32 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
     ``model.params()`` order, cast to ``dtype`` (default: the model's; weights
     the IR keeps in float32 stay float32). ``model`` defaults to the folder's
     config.json imported with ``from_hf``."""
-    from megakernel.models.hf import FAMILIES, from_hf
+    from megakernel.models.hf import from_hf, supported
 
     folder = Path(path)
     config = read_json(folder / "config.json", error=ConfigError)
     model_type = config.get("model_type") if isinstance(config, dict) else None
-    if not isinstance(model_type, str) or model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in supported():
         raise ConfigError(f"model_type={shown(model_type)} is not supported; supported: "
-                          f"{sorted(FAMILIES)}", path=str(folder / "config.json"))
+                          f"{supported()}", path=str(folder / "config.json"))
     if model is None:
         from megakernel.ir.config import build
 
         model = build(from_hf(folder, dtype=None if dtype is None else DType.parse(dtype).value))
     target = DType.parse(dtype) if dtype is not None else model.dtype
     files = _Files(folder)
+    names, ignored = _family_tables(model_type, config, model)
     weights = {}
     for weight, spec in model.params().items():
-        array = _load_one(files, model_type, weight, spec)
+        array = _load_one(files, names, weight, spec)
         keep = spec.dtype if spec.dtype != model.dtype else target
         weights[weight] = np.asarray(array, dtype=keep.np)
-    _check_leftovers(files, model, weights)
+    _check_leftovers(files, model, weights, ignored)
     return weights
 
 
-def _load_one(files: _Files, model_type: str, weight: str, spec: ParamSpec) -> np.ndarray:
-    sources, layer = _sources(model_type, weight)
+def _load_one(files: _Files, names: dict, weight: str, spec: ParamSpec) -> np.ndarray:
+    sources, layer = _sources(names, weight)
     prefix = "" if layer is None else LAYER_PREFIX.format(i=layer)
     tried = []
     for src in sources:
@@ -246,7 +262,7 @@ def _load_one(files: _Files, model_type: str, weight: str, spec: ParamSpec) -> n
         tried.append(probe)
         if files.has(probe):
             try:
-                return _RULES[src.rule](files, name, spec)
+                return _RULES[src.rule](files, name, spec, *src.args)
             except ConfigError as err:
                 raise ConfigError(err.message, path=weight, hint=err.hint) from None
     raise ConfigError(f"no tensor for this weight of shape {list(spec.shape)}; looked for "
@@ -254,9 +270,10 @@ def _load_one(files: _Files, model_type: str, weight: str, spec: ParamSpec) -> n
                       hint="is the checkpoint for this model and model_type?")
 
 
-def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray]) -> None:
+def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray],
+                     ignored: tuple[str, ...] = ()) -> None:
     left = sorted(n for n in set(files.tensors) - files.used
-                  if not n.endswith(_IGNORED_SUFFIXES))
+                  if not n.endswith(_IGNORED_SUFFIXES) and not n.startswith(ignored))
     if model.tie_embeddings and "lm_head.weight" in left:
         # Some tied checkpoints store the head anyway; it must be the embedding.
         if np.array_equal(files.get("lm_head.weight"), files.get("model.embed_tokens.weight")):

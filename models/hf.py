@@ -2,7 +2,8 @@
 
 Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, mixtral, mistral,
 gemma2, gemma3_text, olmo2, gpt_oss, phi3 (docs/new-model.md lists the card
-fields each uses). Every key of
+fields each uses), and through their own importers (``_importers``)
+deepseek_v3 and kimi_k2. Every key of
 the file is either mapped to a card field, known to be harmless for inference
 (``hf_fields.HARMLESS_KEYS``), or reported: one ``ConfigError`` lists every
 unsupported key and value of the file. Families differ only by the rows of
@@ -91,6 +92,14 @@ ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
 DTYPES = {"bfloat16": "bfloat16", "float32": "float32"}
 
 
+def _importers() -> dict:
+    """model_type -> field importer, for families ``FAMILIES`` rows cannot
+    describe (each a function of the FieldReader giving card fields)."""
+    from megakernel.models import hf_deepseek
+
+    return hf_deepseek.IMPORTERS
+
+
 def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
             name: str | None = None, max_seq_len: int = 4096) -> ModelConfig:
     """The card of a HF config (a dict, a ``config.json`` path, or its folder).
@@ -102,21 +111,26 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
     r = FieldReader(data, source)
     model_type = r.get("model_type", str)
     family = FAMILIES.get(model_type)
-    if family is None:
+    importer = _importers().get(model_type)
+    if family is None and importer is None:
         raise ConfigError(f"model_type={shown(model_type)} is not supported; supported: "
-                          f"{sorted(FAMILIES)}", path=source)
-    fields = _dense_fields(r, family)
-    fields.update(read_rope(r, family.rope_theta, by_type=family.rope_by_type,
-                            partial=family.partial_rotary, head_dim=fields.get("head_dim")))
-    if family.window == "types":
-        fields.update(_types_window(r, family, fields.get("num_layers") or 0, model_type))
-        if "layer_types" not in fields:         # every layer full: no local RoPE base
-            fields.pop("sliding_rope_theta", None)
+                          f"{supported()}", path=source)
+    if importer is not None:
+        fields = importer(r)
     else:
-        fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
-    fields.update(_moe(r, family, fields))
-    if family.extras:
-        fields.update(EXTRAS[family.extras](r, fields))
+        fields = _dense_fields(r, family)
+        fields.update(read_rope(r, family.rope_theta, by_type=family.rope_by_type,
+                                partial=family.partial_rotary,
+                                head_dim=fields.get("head_dim")))
+        if family.window == "types":
+            fields.update(_types_window(r, family, fields.get("num_layers") or 0, model_type))
+            if "layer_types" not in fields:         # every layer full: no local RoPE base
+                fields.pop("sliding_rope_theta", None)
+        else:
+            fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
+        fields.update(_moe(r, family, fields))
+        if family.extras:
+            fields.update(EXTRAS[family.extras](r, fields))
     fields["dtype"] = _dtype(r, dtype)
     limit = r.get("max_position_embeddings", int, max_seq_len, low=1)
     fields["max_seq_len"] = min(max_seq_len, max_seq_len if limit is None else limit)
@@ -130,6 +144,11 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
         raise ConfigError(err.message, path=f"{source}: {err.path}" if err.path else source,
                           hint=err.hint) from None
     return card
+
+
+def supported() -> list[str]:
+    """Every model_type this module imports."""
+    return sorted({*FAMILIES, *_importers()})
 
 
 def _read(config) -> tuple[dict, str, str | None]:

@@ -10,7 +10,6 @@ layers). Every key of a parameter object is read or reported.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from megakernel.errors import shown
@@ -113,9 +112,10 @@ def _one(r: FieldReader, p: dict, key: str, theta: float | None,
 
 
 def _yarn(r: FieldReader, p: dict, pre: str, scale: dict, get) -> dict[str, Any]:
-    """YaRN's ramp and its cos/sin factor: ``attention_factor`` if given, else
-    g(factor, mscale) / g(factor, mscale_all_dim) when both are non-zero,
-    else g(factor) (0, left for RopeScaling to derive), g(s, m) = 0.1 m ln s + 1."""
+    """YaRN's ramp and the keys of its cos/sin factor: ``attention_factor`` if
+    given, and ``mscale`` / ``mscale_all_dim`` (absent: left out), from which
+    ``RopeScaling`` derives the factor when it is not given (ir/ops.py
+    ``rope_attention_factor``) and DeepSeek's MLA its softmax scale."""
     if scale["factor"] is None and scale["original_max_position"]:
         top = r.data.get("max_position_embeddings")
         if isinstance(top, int) and not isinstance(top, bool) and top > 0:
@@ -125,14 +125,12 @@ def _yarn(r: FieldReader, p: dict, pre: str, scale: dict, get) -> dict[str, Any]
                truncate=r.get("truncate", bool, True, data=p, prefix=pre))
     factor = r.get("attention_factor", float, None, data=p, prefix=pre, low=0.0,
                    high=limits.ROPE_FACTOR[1], open_low=True)
-    m = [r.get(k, float, None, data=p, prefix=pre, low=0.0, high=1e3)
-         for k in ("mscale", "mscale_all_dim")]
-    f = scale["factor"]
-    if factor is None and all(m) and f:
-        g = lambda s, k: 0.1 * k * math.log(s) + 1.0 if s > 1 else 1.0  # noqa: E731
-        factor = g(f, m[0]) / g(f, m[1])
     if factor is not None:
         out["attention_factor"] = factor
+    for k in ("mscale", "mscale_all_dim"):
+        m = r.get(k, float, None, data=p, prefix=pre, low=0.0, high=limits.MAX_SCALE)
+        if m:
+            out[k] = m
     return out
 
 

@@ -144,6 +144,15 @@ def route(op, p, x) -> tuple[Array, Array]:
         logits = logits + p["router_logit_bias"].astype(jnp.float32)
     scores = jax.nn.softmax(logits, -1) if op.scoring == Scoring.SOFTMAX else jax.nn.sigmoid(logits)
     select = scores + p["router_bias"].astype(jnp.float32) if op.correction_bias else scores
+    if op.n_group > 1:
+        # DeepSeek-V3: a group scores the sum of its two best selection scores;
+        # experts outside the topk_group best groups cannot be picked.
+        n = x.shape[0]
+        groups = select.reshape(n, op.n_group, op.num_experts // op.n_group)
+        group_score = jnp.sum(jax.lax.top_k(groups, 2)[0], axis=-1)         # [n, G]
+        _, best = jax.lax.top_k(group_score, op.topk_group)
+        keep = jnp.zeros((n, op.n_group), bool).at[jnp.arange(n)[:, None], best].set(True)
+        select = jnp.where(keep[:, :, None], groups, -jnp.inf).reshape(n, op.num_experts)
     _, ids = jax.lax.top_k(select, op.top_k)
     weights = jnp.take_along_axis(scores, ids, axis=-1)
     if op.renormalize:

@@ -56,8 +56,9 @@ _SHORT = {"in_features": "in", "out_features": "out", "num_heads": "heads",
 
 
 # Fields that only mean something beside another (swiglu_alpha with
-# swiglu_limit): left out at their default.
-_QUIET_DEFAULTS = {"swiglu_alpha": 1.0}
+# swiglu_limit), or whose default means "off" (plain top-k routing): left out
+# at their default.
+_QUIET_DEFAULTS = {"swiglu_alpha": 1.0, "n_group": 1, "topk_group": 1}
 
 
 def _op_text(op: Op) -> str:

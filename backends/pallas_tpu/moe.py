@@ -4,12 +4,13 @@ Contract (the planner and the emitter use exactly these):
 
 ``MoEGeometry(rows, rows_padded, hidden, num_experts, experts_local, inter_local,
 top_k, scoring, correction_bias, renormalize, routed_scaling, activation, slots,
-dtype, chunk, router_logit_bias, expert_bias, swiglu_limit, swiglu_alpha)`` - one
-MoE node on one core, chosen by the planner. ``chunk`` splits each expert's
-intermediate into ``inter_local // chunk`` slices, as
-``ExpertStream.chunk/chunks`` plans when a whole expert does not fit a slot.
-gpt-oss's options (ir/ops.py MoE): biased router logits, biased experts,
-clamped SwiGLU.
+dtype, chunk, router_logit_bias, expert_bias, swiglu_limit, swiglu_alpha,
+n_group, topk_group)`` - one MoE node on one core, chosen by the planner.
+``chunk`` splits each expert's intermediate into ``inter_local // chunk``
+slices, as ``ExpertStream.chunk/chunks`` plans when a whole expert does not fit
+a slot. gpt-oss's options (ir/ops.py MoE): biased router logits, biased
+experts, clamped SwiGLU. ``n_group`` / ``topk_group``: DeepSeek's
+group-limited selection (1 / 1: none).
 
 ``buffers(g)`` - what ``moe_routed`` needs, by argument name (E = num_experts):
   used_v      VMEM (8, E) int32          row 0: 1 where any valid row picked expert e
@@ -35,6 +36,10 @@ sum over this core's selected experts of weight * expert(x) for valid rows and
 
 Why: the router and top-k run in vregs (k rounds of row max + lowest index
 attaining it, which is lax.top_k's tie rule; no sort primitive on Mosaic).
+Group-limited selection is the same rule one level up: per group the max and
+the best other lane (its top-2 sum), then topk_group rounds of max over the
+groups, ties to the lowest group. Every core runs it on the same replicated
+router and input, so every core picks the same experts, bit for bit.
 The union of picked experts goes VMEM -> SMEM by DMA (the only way a vector
 value becomes a DMA index, verified in /tmp/proto/p3_moe.py); each picked
 local expert is fetched once per call and applied to all rows (extra LHS rows
@@ -83,6 +88,8 @@ class MoEGeometry:
     expert_bias: bool = False
     swiglu_limit: float | None = None
     swiglu_alpha: float = 1.0
+    n_group: int = 1
+    topk_group: int = 1
 
     def __post_init__(self):
         checks = [
@@ -95,6 +102,11 @@ class MoEGeometry:
             (self.rows <= self.rows_padded and self.rows_padded % 8 == 0,
              f"rows_padded={self.rows_padded} must be a multiple of 8 >= rows={self.rows}"),
             (self.scoring in ("softmax", "sigmoid"), f"scoring={self.scoring!r} is unknown"),
+            (self.n_group >= 1 and self.num_experts % self.n_group == 0
+             and 1 <= self.topk_group <= self.n_group
+             and (self.n_group == 1 or self.num_experts // self.n_group >= 2),
+             f"n_group={self.n_group}, topk_group={self.topk_group} do not split "
+             f"num_experts={self.num_experts} into groups of at least 2"),
         ]
         for ok, message in checks:
             if not ok:
@@ -158,6 +170,8 @@ def route(g: MoEGeometry, x, router, router_bias, logit_bias=None):
     E = g.num_experts
     lane = jax.lax.broadcasted_iota(jnp.int32, select.shape, 1)
     valid = jax.lax.broadcasted_iota(jnp.int32, select.shape, 0) < g.rows
+    if g.n_group > 1:
+        select = _group_limit(g, select, lane)
     picked = jnp.zeros(select.shape, jnp.bool_)
     cur = select
     for _ in range(g.top_k):
@@ -174,6 +188,38 @@ def route(g: MoEGeometry, x, router, router_bias, logit_bias=None):
     w = w * g.routed_scaling
     used = jnp.max(picked.astype(jnp.int32), axis=0, keepdims=True)
     return w, used
+
+
+def _group_limit(g: MoEGeometry, select, lane):
+    """``select`` with the experts outside the topk_group best groups at -inf.
+    A group's score is its best plus its best other lane (the reference's
+    top-2 sum, added in the same order); groups are picked by topk_group
+    rounds of max, ties to the lowest group."""
+    per = g.num_experts // g.n_group
+    E = g.num_experts
+    inside, score = [], []
+    for j in range(g.n_group):
+        mine = (lane >= j * per) & (lane < (j + 1) * per)
+        vals = jnp.where(mine, select, -jnp.inf)
+        first = jnp.max(vals, axis=-1, keepdims=True)
+        at = jnp.min(jnp.where(vals == first, lane, E), axis=-1, keepdims=True)
+        second = jnp.max(jnp.where(lane == at, -jnp.inf, vals), axis=-1, keepdims=True)
+        inside.append(mine)
+        score.append(first + second)                                  # [RP, 1]
+    picked = [jnp.zeros(score[0].shape, jnp.bool_) for _ in score]
+    for _ in range(g.topk_group):
+        cand = [jnp.where(p, -jnp.inf, s) for p, s in zip(picked, score)]
+        top = cand[0]
+        for c in cand[1:]:
+            top = jnp.maximum(top, c)
+        found = jnp.zeros(top.shape, jnp.bool_)
+        for j, c in enumerate(cand):
+            hit = (c == top) & ~found & ~picked[j]
+            picked[j], found = picked[j] | hit, found | hit
+    keep = jnp.zeros(select.shape, jnp.bool_)
+    for mine, p in zip(inside, picked):
+        keep = keep | (mine & p)
+    return jnp.where(keep, select, -jnp.inf)
 
 
 def _expert_row(table, e, chunk, g: MoEGeometry):

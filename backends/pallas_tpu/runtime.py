@@ -291,6 +291,24 @@ def head_loop(tiles, tied, bank_cols, num_banks):
     return max(n - num_banks, 0), step
 
 
+def ring_to_ref(stream, s, k, tiles, first, dst):
+    """A whole (small) weight copied from its ring tiles into the VMEM ref
+    ``dst`` at each tile's offsets, a weight chunk at a time (bounded loads,
+    no whole-matrix value), for ops that read it more than once."""
+    stream.begin(s, k, first, len(tiles))
+
+    def put(pieces, t):
+        for c, w in pieces:
+            step = chunk_rows(t.rows, w.shape[1], w.dtype.itemsize)
+            for r in range(0, t.rows, step):
+                n = min(step, t.rows - r)
+                dst[pl.ds(t.r0 + r, n), pl.ds(t.c0 + c, w.shape[1])] = (
+                    w.load(r, n).astype(dst.dtype))
+
+    for j, t in enumerate(tiles):
+        stream.consume(s, k, first + j, lambda pieces, t=t: put(pieces, t))
+
+
 def ring_matrix(stream, s, k, tiles, first):
     """A whole (small) weight assembled from its ring tiles, as a value."""
     rows = {}

@@ -55,15 +55,20 @@ def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
 
 def run_case(rows, experts, top_k, scoring, bias, renorm, slots, ep, tp, chunks,
              activation="silu", dtype=jnp.float32, scaling=1.0, hidden=128, inter=256,
-             layer=1, layers=2, loop=1, static=False, tie=False, seed=0):
+             layer=1, layers=2, loop=1, static=False, tie=False, seed=0, groups=(1, 1)):
     rng = np.random.default_rng(seed)
     rp = -(-rows // 8) * 8
     op = MoE(hidden, experts, top_k, inter, scoring=scoring, correction_bias=bias,
-             renormalize=renorm, routed_scaling=scaling, activation=activation)
+             renormalize=renorm, routed_scaling=scaling, activation=activation,
+             n_group=groups[0], topk_group=groups[1])
     norm = lambda shape, s: (rng.standard_normal(shape) * s).astype(np.float32)
     router = jnp.asarray(norm((hidden, experts), 1.0), dtype)
     rbias = norm((experts,), 0.3)
-    if tie:   # equal router columns 2i, 2i+1 (and bias): top-k ties -> lowest index
+    if tie == "groups":   # every group a copy of group 0: all group scores tie
+        per = experts // groups[0]
+        router = jnp.tile(router[:, :per], (1, groups[0]))
+        rbias = np.tile(rbias[:per], groups[0])
+    elif tie:   # equal router columns 2i, 2i+1 (and bias): top-k ties -> lowest index
         router = router.at[:, 1::2].set(router[:, 0::2])
         rbias[1::2] = rbias[0::2]
     wg = jnp.asarray(norm((layers, experts, hidden, inter), hidden ** -0.5), dtype)
@@ -74,7 +79,8 @@ def run_case(rows, experts, top_k, scoring, bias, renorm, slots, ep, tp, chunks,
 
     el, il = experts // ep, inter // tp
     g = M.MoEGeometry(rows, rp, hidden, experts, el, il, top_k, scoring, bias, renorm,
-                      scaling, activation, slots, jnp.dtype(dtype).name, chunk=il // chunks)
+                      scaling, activation, slots, jnp.dtype(dtype).name, chunk=il // chunks,
+                      n_group=groups[0], topk_group=groups[1])
     total = 0.0
     for c in range(ep * tp):
         e0, i0 = (c // tp) * el, (c % tp) * il
@@ -113,6 +119,52 @@ def test_moe_cases(case):
 @pytest.mark.parametrize("bias", [False, True])
 def test_moe_ties_pick_lowest_index(bias):
     run_case(4, 8, 3, "softmax", bias, False, 2, 2, 1, 1, tie=True)
+
+
+@pytest.mark.parametrize("case, groups", [
+    # DeepSeek routing: sigmoid, selection bias, group-limited top-k, scaling after
+    # renormalising; rows*k > experts so groups and experts both matter
+    ((8, 16, 4, "sigmoid", True, True, 3, 2, 1, 2), (4, 2)),
+    ((6, 8, 2, "sigmoid", True, True, 2, 1, 2, 1), (2, 1)),
+    ((5, 8, 3, "softmax", False, False, 2, 1, 1, 1), (4, 3)),
+])
+def test_moe_group_limited_routing(case, groups):
+    run_case(*case, scaling=2.5, groups=groups)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_moe_group_ties_pick_lowest_group_and_expert(bias):
+    """Equal router columns 2i, 2i+1: experts tie in pairs (with groups of 2,
+    each group's top-2 sum is built from a tie); then every group equal."""
+    run_case(4, 8, 3, "sigmoid", bias, True, 2, 2, 1, 1, tie=True, groups=(4, 2))
+    run_case(4, 8, 2, "sigmoid", bias, True, 2, 1, 1, 1, tie=True, groups=(2, 1))
+    # all groups equal: the lowest topk_group groups win, then the lowest experts
+    run_case(4, 16, 3, "sigmoid", bias, True, 2, 2, 1, 1, tie="groups", groups=(4, 2))
+
+
+def test_group_limit_reference_against_numpy():
+    """models.reference.route with groups against a NumPy transcription of the
+    README's routing facts (HF DeepseekV3TopkRouter order)."""
+    rng = np.random.default_rng(3)
+    n, E, G, KG, K, H = 9, 16, 4, 2, 3, 32
+    op = MoE(H, E, K, 64, scoring="sigmoid", correction_bias=True, renormalize=True,
+             routed_scaling=2.5, n_group=G, topk_group=KG)
+    x = rng.standard_normal((n, H)).astype(np.float32)
+    p = {"router": jnp.asarray(rng.standard_normal((H, E)).astype(np.float32) / 4),
+         "router_bias": jnp.asarray(0.1 * rng.standard_normal(E).astype(np.float32))}
+    ids, w = R.route(op, p, jnp.asarray(x))
+    s = 1 / (1 + np.exp(-(x.astype(np.float64) @ np.asarray(p["router"], np.float64))))
+    b = s + np.asarray(p["router_bias"], np.float64)
+    for t in range(n):
+        gs = np.sort(b[t].reshape(G, E // G), -1)[:, -2:].sum(-1)
+        keep = np.argsort(-gs, kind="stable")[:KG]
+        cand = np.full(E, -np.inf)
+        for g in keep:
+            cand[g * E // G:(g + 1) * E // G] = b[t, g * E // G:(g + 1) * E // G]
+        want = np.argsort(-cand, kind="stable")[:K]
+        ww = s[t, want] / (s[t, want].sum() + 1e-20) * 2.5
+        assert sorted(np.asarray(ids[t]).tolist()) == sorted(want.tolist())
+        np.testing.assert_allclose(np.sort(np.asarray(w[t])), np.sort(ww), rtol=1e-5)
 
 
 def test_moe_bf16_layer_loop_static_offset():

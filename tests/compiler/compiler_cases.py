@@ -42,8 +42,9 @@ def cached_plan(config: ModelConfig, devices: int, batch: int, tokens: int, chip
 
 @st.composite
 def plan_cases(draw, max_cores: int = 16, moe: bool | None = None):
-    """(config, devices, batch, tokens, chip) with a legal head split."""
-    config = draw(model_configs(moe=moe))
+    """(config, devices, batch, tokens, chip) with a legal head split; the
+    model's attention is GQA or multi-head latent attention."""
+    config = draw(model_configs(moe=moe, mla=None))
     legal = [c for c in legal_core_counts(build(config)) if c <= max_cores]
     devices = draw(st.sampled_from(legal))
     batch = draw(st.sampled_from([1, 2, 3, 8, 16, 64]))

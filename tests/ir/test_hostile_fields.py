@@ -8,7 +8,7 @@ from dataclasses import fields
 import pytest
 
 from megakernel.errors import IRError
-from megakernel.ir.config import ModelConfig, MoEConfig, build
+from megakernel.ir.config import MLAConfig, ModelConfig, MoEConfig, build
 from megakernel.ir.graph import Layer, Model, OpNode
 from megakernel.ir.ops import OP_KINDS, RMSNorm, RopeScaling
 from megakernel.ir.serialize import model_from_json, model_to_json
@@ -34,6 +34,8 @@ VALID_OPS = {
     "channel_scale": dict(dim=64),
     "mean_square": dict(dim=64),
     "rms_scale": dict(dim=64, offset=True),
+    "mla": dict(num_heads=2, kv_lora_rank=32, nope_dim=16, rope_dim=8, v_head_dim=16,
+                scaling={"rope_type": "yarn", "factor": 4.0}, output_gate=True),
 }
 
 
@@ -147,3 +149,34 @@ def test_records_built_in_python_check_their_fields():
         Layer("import", layer.nodes, layer.tensors)
     with pytest.raises(IRError, match="tie_embeddings"):
         Model("m", 256, 256, (layer,), norm, HOSTILE)
+
+
+MLA_BLOCK = {"kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+             "v_head_dim": 16, "q_lora_rank": 32}
+
+
+@pytest.mark.parametrize("field", [f.name for f in fields(MLAConfig)])
+def test_a_string_of_code_in_the_mla_block_is_refused(field):
+    card = {**_card(), "mla": {**MLA_BLOCK, field: HOSTILE}}
+    with pytest.raises(IRError) as info:
+        build(card_from_json(json.dumps(card)))
+    assert field in str(info.value)
+
+
+def test_an_mla_card_ir_file_refuses_code_in_every_mla_field():
+    card = {**_card(), "mla": MLA_BLOCK, "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+            "sliding_window": None}
+    doc = json.loads(model_to_json(build(card_from_json(json.dumps(card)))))
+    paths = [p for p in _ir_paths(doc) if "op" in p[0] and p[0][-1] != "kind"]
+    mla = [p for p in paths if doc["layer_defs"][p[0][1]]["nodes"][p[0][3]]["op"]["kind"]
+           == "mla"]
+    assert {leaf for _, leaf in mla} >= {"kv_lora_rank", "rope_dim", "scaling", "output_gate"}
+    for path, leaf in mla:
+        bad = json.loads(json.dumps(doc))
+        target = bad
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = HOSTILE
+        with pytest.raises(IRError) as info:
+            model_from_json(json.dumps(bad))
+        assert leaf in str(info.value)

@@ -1,0 +1,30 @@
+"""Emitter of multi-head latent attention: W_UK and W_UV from the ring into
+the library's buffers, then the kernel library's ``attend``
+(backends/pallas_tpu/mla.py) with the plan's buffers, the latent cache
+operand and the rope table."""
+
+from __future__ import annotations
+
+from megakernel.backends.pallas_tpu.declare import literal
+from megakernel.backends.pallas_tpu.emit import EMITTERS, StackCtx, v
+
+
+@EMITTERS.register("mla")
+def _mla(c: StackCtx, n) -> list[str]:
+    op, mem = n.op, c.plan.memory
+    q, kv = v(n.inputs[0]), v(n.inputs[1])
+    gate = v(n.inputs[2]) if op.output_gate else "None"
+    cache = mem.buffer(f"hbm.s{c.s}.{n.name}.latent").ident
+    table = f"{mem.buffer(f's{c.s}.{n.name}.inv_freq').ident}[...]" if op.rope else "None"
+    bound = mem.bound(c.s, n.name)
+    lines = []
+    for part in ("w_uk", "w_uv"):         # stream order: W_UK, then W_UV, into their buffers
+        first, count = c.tiles_of(f"{n.name}.{part}")
+        lines.append(f"rt.ring_to_ref(stream, {literal(c.s)}, k, "
+                     f"S{c.s}_TILES.tiles[{first}:{first + count}], first={literal(first)}, "
+                     f"dst={mem.buffer(bound[part]).ident})")
+    lib = c.library("mla")
+    lines.append(f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
+                 f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {cache}, k, start_pos, "
+                 f"{c.buffers(n.name)})")
+    return lines

@@ -1,0 +1,22 @@
+"""The check every drawn-model property test makes of one plan (helper, not
+a test module): the kernel in strict interpret mode against the reference."""
+
+from jax.experimental.pallas import tpu as pltpu
+
+from megakernel.backends import pallas_tpu as backend
+from megakernel.models.weights import init_weights
+
+
+def assert_plan_matches_reference(model, plan) -> None:
+    """Two decode steps: no race, the same greedy tokens, logits within the
+    check's tolerance and every cache (KV or latent) within its state
+    tolerance (new rows are computed on both sides: an ulp flip at most)."""
+    try:
+        result = backend.check(model, plan, init_weights(model, seed=1), steps=2, seed=2)
+    finally:
+        pltpu.reset_tpu_interpret_mode_state()
+    assert not result.races, "the race detector reported a race"
+    assert result.token_agreement == 1.0, result
+    assert result.max_abs_err <= result.tolerance, result
+    assert result.cache_max_err <= result.cache_tolerance, result
+    assert result.ok, result
