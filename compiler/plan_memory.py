@@ -21,7 +21,7 @@ from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Opera
 from megakernel.compiler.layout import (LANES, VALUES_BASE, VALUES_SPILLED, WEIGHT_CHUNK_BYTES,
                                         itemsize, mib, round_up, sublanes)
 from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, sized
-from megakernel.compiler.plan_operands import operand_buffers
+from megakernel.compiler.plan_operands import operand_buffers, step_buffers
 from megakernel.compiler.ring_layout import WORD, RingLayout, ring_layout
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectiveSpec
@@ -219,6 +219,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     table = BufferTable()
     # The call's operands and outputs first (their order is the call's).
     operands = operand_buffers(table, model, shard, request, rows_p, last)
+    step_buffers(table, request, rows_p, last)
     # Step-wide scratch: the ring, the embedding gather, the residual stream.
     table.add(sized("ring.banks", Space.VMEM, Kind.WEIGHT_RING, ring.shape, ring.dtype, 0, last,
                     "tile t in bank t % R, at its top-left corner; wide tiles folded"))
