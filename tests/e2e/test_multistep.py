@@ -24,12 +24,28 @@ CASES = [  # (id, model factory, devices, batch, steps, multistep check options)
     ("dense-f32-1dev-end-limit", lambda: dense(), 1, 2, 4,
      dict(end_at=1, limit=np.array([64, 6], np.int32))),
     ("moe-f32-1dev-end", lambda: moe(), 1, 2, 3, dict(end_at=1)),
+    ("dense-bf16-2dev-end", lambda: dense("bfloat16"), 2, 3, 3, dict(end_at=1)),
+]
+SLOW = [
+    ("moe-bf16-4dev-end", lambda: moe("bfloat16"), 4, 2, 2, dict(end_at=0)),
+    ("dense-f32-4dev", lambda: dense(), 4, 1, 3, None),
 ]
 
 
 @pytest.mark.parametrize("make,devices,batch,steps,options", [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])
 def test_n_steps_match_n_reference_steps(make, devices, batch, steps, options, tmp_path):
+    _check(make, devices, batch, steps, options, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make,devices,batch,steps,options", [c[1:] for c in SLOW],
+                         ids=[c[0] for c in SLOW])
+def test_n_steps_match_n_reference_steps_slow(make, devices, batch, steps, options, tmp_path):
+    _check(make, devices, batch, steps, options, tmp_path)
+
+
+def _check(make, devices, batch, steps, options, tmp_path):
     model = make()
     plan = plan_model(model, devices=devices, batch=batch, steps=steps)
     result = backend.check(model, plan, init_weights(model, seed=1), seed=2, out_dir=tmp_path,
