@@ -118,6 +118,8 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
                modeled_bytes_per_step=c.hbm_bytes_per_core,
                min_bytes_per_step=c.floor_bytes_per_core,
                plan_vmem_bytes=plan.memory.vmem_total, plan_digest=plan.digest())
+    rec["modeled_step_ms_n16"] = plan_model(model, devices=devices, batch=batch, tokens=1,
+                                            steps=16).cost.step_ms
     sync = synchronised_us(expand(model, c).events)
     rec.update(modeled_sync_step_ms=sync["strict"] / 1e3,
                modeled_sync_overlap_step_ms=sync["overlap"] / 1e3,

@@ -134,7 +134,13 @@ def cmd_check(args) -> int:
     _fits_interpreter(model, args.max_weights_gib)
     from megakernel.models.weights import init_weights
 
-    with cli_args.progress(f"interpret-mode check, {args.steps} step(s)"):
+    if plan.request.steps > 1 and args.steps != args.subparser.get_default("steps"):
+        raise CheckError(f"--steps {args.steps} counts one-step calls; this kernel runs "
+                         f"{plan.request.steps} steps per call and is checked over one call",
+                         path="--steps", hint="leave --steps out for a --steps-per-call kernel")
+    what = (f"{plan.request.steps} steps in one call" if plan.request.steps > 1
+            else f"{args.steps} step(s)")
+    with cli_args.progress(f"interpret-mode check, {what}"):
         result = check(model, plan, init_weights(model, args.seed), steps=args.steps,
                        seed=args.seed, module=module)
     print(check_line(result))

@@ -44,3 +44,9 @@ def test_generate_and_steps_per_call_refuse_bad_input(argv, needle, capsys):
     err = capsys.readouterr()
     assert code == 2 and needle in err.err, err
     assert "row " not in err.out
+
+
+def test_check_steps_does_not_apply_to_a_multistep_kernel(capsys):
+    code = main(["check", "tiny-dense", "--steps-per-call", "4", "--steps", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--steps" in err and "one call" in err
