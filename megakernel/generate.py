@@ -50,7 +50,11 @@ def prompt_array(prompt_ids, vocab_size: int) -> np.ndarray:
     return arr.astype(np.int32)
 
 
-def _check_length(model, prompt: np.ndarray, max_new: int) -> None:
+def _check_length(model, prompt: np.ndarray, max_new: int, end_id: int = -1) -> None:
+    if not (isinstance(end_id, int) and -1 <= end_id < model.vocab_size):
+        raise CheckError(f"end_id={end_id!r} must be -1 (none) or a token id in "
+                         f"[0, {model.vocab_size})", path="generate.end_id",
+                         hint="give the model's end-of-sequence id, or -1")
     if not (isinstance(max_new, int) and max_new > 0):
         raise CheckError(f"max_new={max_new!r} must be a positive integer",
                          path="generate.max_new", hint="ask for at least one new token")
@@ -80,7 +84,7 @@ def generate(model, prompt_ids, max_new: int, *, steps_per_call: int = 16, devic
     from megakernel.models.weights import init_weights
 
     prompt = prompt_array(prompt_ids, model.vocab_size)
-    _check_length(model, prompt, max_new)
+    _check_length(model, prompt, max_new, end_id)
     b, p = prompt.shape
     if plan is None:
         plan = plan_model(model, devices=devices, batch=b, steps=steps_per_call,
@@ -119,7 +123,7 @@ def generate(model, prompt_ids, max_new: int, *, steps_per_call: int = 16, devic
 def reference_greedy(model, weights, prompt_ids, max_new: int, end_id: int = -1) -> np.ndarray:
     """The reference's greedy continuation [B, max_new], end_id repeated after an end."""
     prompt = prompt_array(prompt_ids, model.vocab_size)
-    _check_length(model, prompt, max_new)
+    _check_length(model, prompt, max_new, end_id)
     w = reference.as_jax(weights)
     tok, caches = prefill(model, w, prompt)
     b, p = prompt.shape

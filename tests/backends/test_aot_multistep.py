@@ -5,8 +5,10 @@ communicating kernel are paid once per call, so per step they are divided by N.
 
 Measured (libtpu 0.0.51): tiny-moe on 4 cores, N=1 and N=16 both get 1.51 MiB
 of copies per core per call (16 copies at N=16: the two SMEM stop operands
-more), 0.095 MiB per step at N=16. qwen3-32b on 8 cores: see
-test_qwen3_32b_sixteen_steps_per_call.
+more), 0.095 MiB per step at N=16. qwen3-32b on 8 cores at N=16 (slow, 216 s
+to compile on a shared 2-core machine): 257.3 MiB per core per call (13
+copies: the KV caches in and out), 16.1 MiB per step (257 MiB per step at
+N=1); VMEM 52.66 MiB compiled vs 52.00 MiB planned.
 """
 
 import pytest

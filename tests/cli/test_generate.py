@@ -38,6 +38,8 @@ def test_cli_generate_prints_tokens_that_match(capsys):
     (["generate", "tiny-dense", "--prompt-ids", "1,99999", "--max-new", "4"], "vocabulary"),
     (["generate", "tiny-dense", "--prompt-ids", "1", "--max-new", "100000"], "max_seq_len"),
     (["plan", "tiny-dense", "--tokens", "2", "--steps-per-call", "4"], "tokens=1"),
+    (["generate", "tiny-dense", "--prompt-ids", "1", "--max-new", "4", "--end-id", "99999"],
+     "end_id"),
 ])
 def test_generate_and_steps_per_call_refuse_bad_input(argv, needle, capsys):
     code = main(argv)
