@@ -123,6 +123,8 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
     forms = sorted({g.geometry.form for g in plan.memory.geometries if g.library == "mla"})
     if forms:
         rec["mla_form"] = "/".join(forms)
+    rec["modeled_step_ms_n16"] = plan_model(model, devices=devices, batch=batch, tokens=1,
+                                            steps=16).cost.step_ms
     sync = synchronised_us(expand(model, c).events)
     rec.update(modeled_sync_step_ms=sync["strict"] / 1e3,
                modeled_sync_overlap_step_ms=sync["overlap"] / 1e3,

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megakernel.compiler.cost import Event, place_events
+from megakernel.compiler.cost import Event
+from megakernel.compiler.cost_timeline import place_events
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,9 @@ class CostReport:
     floor_bytes_per_core: int
     phases: tuple[PhaseCost, ...]
     timeline: tuple[Event, ...]
+    steps_per_call: int = 1
+    call_ms: float = 0.0        # the whole call: launch once + steps_per_call steps
+    launch_ms: float = 0.0      # per call (kernel launch, first DMA latency)
 
 
 def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
@@ -223,12 +226,41 @@ def _walk(phases, credit: float, cap: float, target: Target, rate: float):
 
 def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
              target: Target, request: PlanRequest, *, timeline: bool = True) -> CostReport:
+    """The modeled call: its launch once, then ``request.steps`` steps; steps
+    after the first start with the ring credit the previous head left (the
+    ring runs on across the step boundary). step_ms is the call over N."""
+    from megakernel.compiler.cost_timeline import timeline as make_timeline
+
     pre, stacks, head, rate = _phases(model, shard, memory, collectives, target, request)
+    launch, pre = pre[:1], pre[1:]          # per call: launch; per step: the rest
     stream = memory.stream
     n_tiles = sum(s.per_layer for s in stream.stacks) + len(stream.head)
     avg_tile = (sum(s.bytes_per_layer for s in stream.stacks) + stream.head_bytes) / max(n_tiles, 1)
     cap = stream.num_banks * min(avg_tile, stream.bank_bytes) / _bw(target, stream.num_banks)
-    costs, credit = _walk(pre, 0.0, cap, target, rate)
+    launch_costs, credit = _walk(launch, 0.0, cap, target, rate)
+    launch_s = sum(p.time_s for p in launch_costs)
+    first = _walk_step(pre, stacks, head, credit, cap, target, rate)
+    call_s = launch_s + first[0]
+    if request.steps > 1:
+        call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[-1], cap, target,
+                                                   rate)[0]
+    total, costs, first_layers, steady_costs, tail, _ = first
+    every = pre + [p for s in stacks for p in s] + head
+    hbm = sum((p.ring_bytes + p.other_bytes) * p.per_step for p in every)
+    floor_bytes = sum(p.floor_bytes * p.per_step for p in every)
+    floor_s = floor_bytes / target.hbm_bw
+    step_s = call_s / request.steps
+    costs = launch_costs + costs
+    events = make_timeline(costs, first_layers, steady_costs, tail, model) if timeline else ()
+    return CostReport(LABEL, step_s * 1e3, request.tokens / step_s, floor_s * 1e3,
+                      floor_s / step_s, hbm, floor_bytes, tuple(costs + steady_costs + tail),
+                      events, request.steps, call_s * 1e3, launch_s * 1e3)
+
+
+def _walk_step(pre, stacks, head, credit, cap, target, rate):
+    """One step from ring credit ``credit`` -> (seconds, embed costs, first
+    layer of each stack, steady layers, head costs, credit after the head)."""
+    costs, credit = _walk(pre, credit, cap, target, rate)
     first_layers, total = [], sum(p.time_s for p in costs)
     steady_costs = []
     for phases in stacks:
@@ -242,55 +274,5 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
             credit = carry
         first_layers.append(first)
         steady_costs += steady
-    tail, _ = _walk(head, credit, cap, target, rate)
-    total += sum(p.time_s for p in tail)
-    every = pre + [p for s in stacks for p in s] + head
-    hbm = sum((p.ring_bytes + p.other_bytes) * p.per_step for p in every)
-    floor_bytes = sum(p.floor_bytes * p.per_step for p in every)
-    floor_s = floor_bytes / target.hbm_bw
-    events = _timeline(costs, first_layers, steady_costs, tail, model) if timeline else ()
-    return CostReport(LABEL, total * 1e3, request.tokens / total, floor_s * 1e3, floor_s / total,
-                      hbm, floor_bytes, tuple(costs + steady_costs + tail), events)
-
-
-def place_events(costs, t: float, events: list) -> float:
-    """Append the events of ``costs`` (PhaseCost, in order) starting at ``t`` us;
-    returns the time after the last. DMAs of prefetched tiles start early."""
-    for p in costs:
-        dur = p.time_s * 1e6
-        if p.kind == "collective":
-            events.append(Event("collective", p.name, t, t + dur))
-        else:
-            if p.stall_s:
-                events.append(Event("stall", p.name, t, t + p.stall_s * 1e6))
-            start = t + p.stall_s * 1e6
-            if p.hbm_bytes:               # prefetched tiles were fetched earlier
-                early = start - p.prefetched_s * 1e6
-                events.append(Event("dma", p.name, max(early, 0.0), early + p.hbm_s * 1e6))
-            events.append(Event("compute", p.name, start, start + (p.mxu_s + p.overhead_s) * 1e6))
-        t += dur
-    return t
-
-
-def _timeline(pre, first_layers, steady, tail, model: Model) -> tuple[Event, ...]:
-    """Events of the prologue, the first layer of each stack in detail, one
-    span for the rest of each stack, and the head."""
-    events, t = [], 0.0
-
-    def place(costs):
-        nonlocal t
-        t = place_events(costs, t, events)
-
-    place(pre)
-    for st, first in zip(model.stacks, first_layers):
-        place(first)
-        if st.count > 1:
-            mine = [p for p in steady if p.stack == first[0].stack]
-            span = (st.count - 1) * sum(p.time_s for p in mine) * 1e6
-            first = st.start + st.period
-            what = "layers" if st.period == 1 else f"bodies of {st.period} layers"
-            events.append(Event("compute", f"layers {first}..{first + (st.count - 1) * st.period - 1} "
-                                f"(x{st.count - 1} steady {what})", t, t + span))
-            t += span
-    place(tail)
-    return tuple(events)
+    tail, credit = _walk(head, credit, cap, target, rate)
+    return total + sum(p.time_s for p in tail), costs, first_layers, steady_costs, tail, credit

@@ -32,11 +32,12 @@ STAGES = ("request", "target", "shard", "algorithms", "geometry", "memory", "sch
 
 def plan_model(model: Model, *, target: "Target | str | None" = None, devices: int = 1,
                batch: int = 1, tokens: int = 1, context: int | None = None,
-               overrides=None) -> Plan:
-    """Plan one decode step of ``model`` on ``devices`` TensorCores of ``target``
-    (a Target, a chip name, or None for TPU7x)."""
+               overrides=None, steps: int = 1) -> Plan:
+    """Plan one kernel call of ``model`` on ``devices`` TensorCores of ``target``
+    (a Target, a chip name, or None for TPU7x): ``steps`` greedy decode steps
+    (``steps_per_call``; 1 = one step per call)."""
     request = make_request(model, devices=devices, batch=batch, tokens=tokens,
-                           context=context, overrides=overrides)
+                           context=context, overrides=overrides, steps=steps)
     target = _target(target, devices)
     # Weights and caches that cannot fit these cores even split evenly are
     # refused from the numbers, before any tile is enumerated.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Operand, Point, Space
 from megakernel.compiler.layout import LANES, itemsize, mib, round_up, sublanes, values_bytes
 from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, sized
-from megakernel.compiler.plan_operands import operand_buffers
+from megakernel.compiler.plan_operands import operand_buffers, step_buffers
 from megakernel.compiler.ring_layout import WORD, RingLayout, ring_layout
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectiveSpec
@@ -218,6 +218,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     table = BufferTable()
     # The call's operands and outputs first (their order is the call's).
     operands = operand_buffers(table, model, shard, request, rows_p, last)
+    step_buffers(table, request, rows_p, last)
     # Step-wide scratch: the ring, the embedding gather, the residual stream.
     table.add(sized("ring.banks", Space.VMEM, Kind.WEIGHT_RING, ring.shape, ring.dtype, 0, last,
                     "tile t in bank t % R, at its top-left corner; wide tiles folded"))

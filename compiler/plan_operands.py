@@ -44,6 +44,11 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
         note="token ids of the step's rows")
     add("start_pos", Space.SMEM, Kind.SCALARS, (request.batch,), "int32", "start_pos", False,
         "step", note="first position of each sequence's new tokens")
+    if request.steps > 1:       # the stop rule of a multi-step call (see step_buffers)
+        add("end_id", Space.SMEM, Kind.SCALARS, (1,), "int32", "end_id", False, "step",
+            note="end-of-sequence id (-1: none); a row that emits it stops")
+        add("limit", Space.SMEM, Kind.SCALARS, (request.batch,), "int32", "limit", False,
+            "step", note="per sequence, the position it may not reach (length limit)")
     embed = shard.global_param("embed.weight")
     add("hbm.embed", Space.HBM, Kind.HBM_WEIGHTS, embed.shape, embed.dtype, "embed.weight",
         True, "gather", note=f"{embed.channel}; {embed.role}", words=shard.tied)
@@ -72,6 +77,33 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
             add(f"hbm.s{ss.stack}.{s.node}.{s.name}", Space.HBM, Kind.HBM_CACHE,
                 (ss.count, *s.layout(spec.shape)), spec.dtype.value, f"{s.node}.{s.name}",
                 True, "cache", ss.stack, f"{s.access} state, updated in place (aliased)")
+    note = ("greedy next token of each row (broadcast over lanes)" if request.steps == 1 else
+            "lane i: row's greedy token of step i (end_id once stopped); later lanes repeat "
+            "the last step's")
     table.add(sized("next_token", Space.VMEM, Kind.SCALARS, (rows_p, LANES), "int32", *whole,
-                    "greedy next token of each row (broadcast over lanes)", role="output"))
+                    note, role="output"))
     return tuple(out)
+
+
+def step_buffers(table: BufferTable, request, rows_p: int, last: int) -> None:
+    """Scratch of a multi-step call (``request.steps`` > 1): the rows' current
+    tokens and positions and whether each sequence stopped, as scalars, and the
+    VMEM -> SMEM staging of each step's argmax (a vector reaches the scalar
+    unit only by DMA)."""
+    if request.steps == 1:
+        return
+    whole = (0, last)
+    for name, space, kind, shape, dtype, note in (
+            ("step.tokens", Space.SMEM, Kind.SCALARS, (request.rows,), "int32",
+             "this step's token of each row"),
+            ("step.start", Space.SMEM, Kind.SCALARS, (request.batch,), "int32",
+             "this step's position of each sequence (frozen once stopped)"),
+            ("step.stopped", Space.SMEM, Kind.SCALARS, (request.batch,), "int32",
+             "1 once a sequence emitted end_id or reached its limit"),
+            ("step.argmax_v", Space.VMEM, Kind.SCALARS, (rows_p, LANES), "int32",
+             "the step's argmax, staged for the DMA to SMEM"),
+            ("step.argmax_s", Space.SMEM, Kind.SCALARS, (rows_p, LANES), "int32",
+             "the step's argmax, as scalars"),
+            ("step.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "dma_semaphore",
+             "argmax VMEM -> SMEM")):
+        table.add(sized(name, space, kind, shape, dtype, *whole, note))

@@ -14,6 +14,9 @@ from megakernel.errors import PlanningError
 from megakernel.ir.graph import Model
 
 DEFAULT_CONTEXT = 2048
+# Greedy steps one kernel call may run: step i's token goes to lane i of the
+# [rows, 128] token output, so at most one lane row of them.
+MAX_STEPS_PER_CALL = 128
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,9 @@ class PlanRequest:
     tokens: int
     context: int
     overrides: Overrides
+    # Greedy decode steps per kernel call (issue 14): step i's argmax is step
+    # i + 1's token, fed back inside the kernel; per-call costs are paid once.
+    steps: int = 1
 
     @property
     def rows(self) -> int:
@@ -97,19 +103,29 @@ class PlanRequest:
 
 
 def make_request(model: Model, *, devices: int, batch: int = 1, tokens: int = 1,
-                 context: int | None = None, overrides=None) -> PlanRequest:
-    for name, value in (("batch", batch), ("tokens", tokens)):
-        if not (isinstance(value, int) and value > 0):
+                 context: int | None = None, overrides=None, steps: int = 1) -> PlanRequest:
+    for name, value in (("batch", batch), ("tokens", tokens), ("steps_per_call", steps)):
+        if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
             raise PlanningError(f"{name}={value!r} must be a positive integer",
                                 path=f"request.{name}")
-    room = model.max_seq_len - tokens
+    if steps > MAX_STEPS_PER_CALL:
+        raise PlanningError(f"steps_per_call={steps} exceeds {MAX_STEPS_PER_CALL} (one token "
+                            "per lane of the token output)", path="request.steps_per_call",
+                            hint=f"use at most {MAX_STEPS_PER_CALL} steps per call")
+    if steps > 1 and tokens != 1:
+        raise PlanningError(f"steps_per_call={steps} needs tokens=1 per step, found "
+                            f"tokens={tokens} (each step feeds back one greedy token per "
+                            "sequence)", path="request.tokens",
+                            hint="plan prefill (tokens > 1) with steps_per_call=1")
+    room = model.max_seq_len - tokens - (steps - 1)
     if room < 0:
-        raise PlanningError(f"tokens={tokens} exceeds max_seq_len={model.max_seq_len}",
-                            path="request.tokens", hint="lower tokens per step")
+        raise PlanningError(f"tokens={tokens} x steps_per_call={steps} exceeds max_seq_len="
+                            f"{model.max_seq_len}", path="request.tokens",
+                            hint="lower tokens per step or steps per call")
     if context is None:
         context = min(DEFAULT_CONTEXT, room)
     if not (isinstance(context, int) and 0 <= context <= room):
-        raise PlanningError(f"context={context!r} must be in [0, max_seq_len - tokens = "
-                            f"{room}]", path="request.context",
+        raise PlanningError(f"context={context!r} must be in [0, max_seq_len - tokens - "
+                            f"(steps_per_call - 1) = {room}]", path="request.context",
                             hint="lower context or build the model with a longer max_seq_len")
-    return PlanRequest(devices, batch, tokens, context, Overrides.parse(overrides))
+    return PlanRequest(devices, batch, tokens, context, Overrides.parse(overrides), steps)

@@ -78,7 +78,8 @@ def write(folder: Path, model, plan) -> None:
 def request_json(plan) -> str:
     r = plan.request
     return json.dumps({"devices": r.devices, "batch": r.batch, "tokens": r.tokens,
-                       "context": r.context, "target": plan.target.chip}, indent=1)
+                       "context": r.context, "steps_per_call": r.steps,
+                       "target": plan.target.chip}, indent=1)
 
 
 def _show(value) -> str:
@@ -235,8 +236,9 @@ def open_compiled(folder, *, trust_edited: bool = False) -> Compiled:
                             hint=_FIX.format(d=d)) from err
     r = plan.request
     agrees = (plan.model == model and
-              (r.devices, r.batch, r.tokens, r.context, plan.target.chip) == tuple(
-                  request[k] for k in ("devices", "batch", "tokens", "context", "target")))
+              (r.devices, r.batch, r.tokens, r.context, r.steps, plan.target.chip) == tuple(
+                  request[k] for k in ("devices", "batch", "tokens", "context", "steps_per_call",
+                                       "target")))
     if not agrees:
         raise ArtifactError("model.json or request.json disagrees with plan.json", path=str(d),
                             hint=_FIX.format(d=d))
@@ -245,7 +247,10 @@ def open_compiled(folder, *, trust_edited: bool = False) -> Compiled:
 
 def _request(folder: Path, req) -> dict:
     """request.json as plan_model's keyword arguments, each field checked."""
-    fields = {"devices": 1, "batch": 1, "tokens": 1, "context": 0}   # name -> least value
+    fields = {"devices": 1, "batch": 1, "tokens": 1, "context": 0,   # name -> least value
+              "steps_per_call": 1}
+    if isinstance(req, dict) and "steps_per_call" not in req:   # written before issue 14
+        req = {**req, "steps_per_call": 1}
     if not isinstance(req, dict) or set(req) != {*fields, "target"}:
         found = sorted(req) if isinstance(req, dict) else type(req).__name__
         raise ArtifactError(f"request.json must be an object with the fields "

@@ -1,4 +1,4 @@
-"""The ``megakernel`` command: show, plan, compile, check, aot, demo.
+"""The ``megakernel`` command: show, plan, compile, check, aot, generate, demo.
 
 Every subcommand takes MODEL the same way (a zoo name, a JSON card or IR file,
 a Hugging Face config.json or checkpoint folder); ``check`` and ``aot`` also take
@@ -17,6 +17,7 @@ import sys
 import textwrap
 
 from megakernel import cli_args, interrupts
+from megakernel.cli_generate import _generate_args, cmd_generate
 from megakernel.errors import MegakernelError
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -133,7 +134,13 @@ def cmd_check(args) -> int:
     _fits_interpreter(model, args.max_weights_gib)
     from megakernel.models.weights import init_weights
 
-    with cli_args.progress(f"interpret-mode check, {args.steps} step(s)"):
+    if plan.request.steps > 1 and args.steps != args.subparser.get_default("steps"):
+        raise CheckError(f"--steps {args.steps} counts one-step calls; this kernel runs "
+                         f"{plan.request.steps} steps per call and is checked over one call",
+                         path="--steps", hint="leave --steps out for a --steps-per-call kernel")
+    what = (f"{plan.request.steps} steps in one call" if plan.request.steps > 1
+            else f"{args.steps} step(s)")
+    with cli_args.progress(f"interpret-mode check, {what}"):
         result = check(model, plan, init_weights(model, args.seed), steps=args.steps,
                        seed=args.seed, module=module)
     print(check_line(result))
@@ -262,6 +269,10 @@ COMMANDS = {
                "megakernel check tests/fixtures/hf/qwen3 --hf tests/fixtures/hf/qwen3"]),
     "aot": (cmd_aot, "compile a kernel directory for TPU with libtpu; VMEM used vs plan",
             ["megakernel aot out/qwen3-32b --topology tpu7x:2x2x1"]),
+    "generate": (cmd_generate, "greedy tokens from the kernel, N steps per call, vs the reference",
+                 ["megakernel generate tiny-moe --prompt-ids 1,2,3 --max-new 20",
+                  "megakernel generate tiny-dense --prompt-ids 5,6 7,8 --max-new 8 "
+                  "--steps-per-call 4 --end-id 2"]),
     "demo": (cmd_demo, "plan, emit, check and AOT-compile the default model (tiny-moe)",
              ["megakernel demo", "megakernel demo qwen3-8b --layers 2 --devices 4"]),
 }
@@ -292,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 ADD_ARGS: dict = {"plan": _plan_json_args, "compile": _compile_args, "check": _check_args,
-                  "aot": _aot_args, "demo": _demo_args}
+                  "aot": _aot_args, "demo": _demo_args, "generate": _generate_args}
 
 
 # An error message is cut to this many characters: textwrap.fill takes time

@@ -32,6 +32,16 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
+def id_list(text: str) -> list[int]:
+    """An argparse type: comma-separated non-negative token ids, e.g. 1,2,3."""
+    parts = text.split(",")
+    if len(parts) > 100_000 or not all(p.strip().isdigit() and len(p.strip()) < 12
+                                       for p in parts):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a list of token ids; give "
+                                         "comma-separated non-negative integers, e.g. 1,2,3")
+    return [int(p) for p in parts]
+
+
 def int_in(low: int, high: int | None = None):
     """An argparse type: an integer in [low, high] (no upper bound if None)."""
     span = f"in {low}..{high}" if high is not None else f">= {low}"
@@ -120,7 +130,7 @@ def load(spec: str):
 
 # Planning flags, by destination: a compiled folder fixes them all (request.json).
 PLAN_FLAGS = ("devices", "target", "batch", "tokens", "context", "layers", "vmem_budget",
-              "bank_bytes", "banks", "expert_slots", "kv_tile", "moe_parallel")
+              "bank_bytes", "banks", "expert_slots", "kv_tile", "moe_parallel", "steps_per_call")
 
 
 def plan_args(p, *, model_optional: bool = False) -> None:
@@ -132,6 +142,10 @@ def plan_args(p, *, model_optional: bool = False) -> None:
     p.add_argument("--batch", "-b", type=positive, default=1, help="sequences per step")
     p.add_argument("--tokens", "-t", type=positive, default=1,
                    help="new tokens per sequence per step")
+    # Not --steps: `check --steps` counts the steps a check runs.
+    p.add_argument("--steps-per-call", type=int_in(1, 128), default=1, metavar="N",
+                   help="greedy decode steps one kernel call runs (tokens fed back "
+                        "inside the kernel; needs --tokens 1)")
     p.add_argument("--context", type=positive, default=None,
                    help="cached tokens the cost model assumes")
     p.add_argument("--layers", type=positive, default=None,
@@ -182,7 +196,8 @@ def make_plan(args, model=None):
         kv_tile=args.kv_tile, moe_parallel=args.moe_parallel).items() if v is not None}
     with progress(f"planning {model.name} on {args.devices} core(s)"):
         plan = plan_model(model, target=target, devices=args.devices, batch=args.batch,
-                          tokens=args.tokens, context=args.context, overrides=overrides)
+                          tokens=args.tokens, context=args.context, overrides=overrides,
+                          steps=args.steps_per_call)
     return model, plan
 
 

@@ -25,7 +25,8 @@ W = window_rows(g).
 ``attend(g, q, k, v, k_cache, v_cache, layer, start_ref, **buffers, sinks=None) -> out`` -
 q [RP, Hq*D] f32 (roped), k/v [RP, HD] f32 values; caches are HBM refs
 [L, batch, max_seq_len, HD]; layer a traced int32; start_ref SMEM [batch] int32;
-sinks [1, q_heads] f32 (with ``g.sinks``).
+sinks [1, q_heads] f32 (with ``g.sinks``); stopped SMEM [batch] int32 (a
+multi-step call: sequences with stopped[b] != 0 keep their cache unwritten).
 Writes new k/v at positions start[b]+t, then attends over cache positions
 j <= start[b]+t (and j > start[b]+t-window), returns [RP, Hq*D] f32 (padding
 rows 0). Every DMA is waited before return, so it can run once per layer in a
@@ -203,7 +204,7 @@ def _sink_rows(g: AttentionGeometry, sinks, h: int):
 
 def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *, k_tiles,
            v_tiles, tile_sems, window, window_sems, q_scaled, m, l, acc, out,  # noqa: E741
-           sinks=None):
+           sinks=None, stopped=None):
     kbuf, vbuf, tsem, win, wsem = k_tiles, v_tiles, tile_sems, window, window_sems
     q_s, m_s, l_s, acc_s, o_s = q_scaled, m, l, acc, out
     D, G, RP, St, T = g.head_dim, g.group, g.rows_padded, g.kv_tile, g.tokens
@@ -224,7 +225,12 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *,
 
     def seq_body(b, carry):
         pos = start_ref[b]
-        _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem)
+        if stopped is None:
+            _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem)
+        else:       # a multi-step call leaves a stopped sequence's cache alone
+            @pl.when(stopped[b] == 0)
+            def _():
+                _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem)
         n_valid = pos + T
         hi = (n_valid + St - 1) // St
         # With a window the earliest visible key is pos - window + 1 (query t = 0).

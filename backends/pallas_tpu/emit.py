@@ -42,6 +42,17 @@ class StackCtx:
         self.sites = {c.producer: c for c in plan.collectives.per_layer(s)}
         self.reduced: set[str] = set()
         self.libraries: dict[str, str] = {}     # kernel library module -> its alias
+        # A multi-step call's state ops read the step's positions and leave
+        # stopped sequences' state alone (backends/pallas_tpu/steps.py).
+        self.multistep = plan.request.steps > 1
+        self.start_ref = (plan.memory.buffer("step.start").ident if self.multistep
+                          else "start_pos")
+
+    def stopped(self) -> str:
+        """``, stopped=<ref>`` for a state op's library call in a multi-step call."""
+        if not self.multistep:
+            return ""
+        return f", stopped={self.plan.memory.buffer('step.stopped').ident}"
 
     def hbm(self, param: str) -> str:
         """Kernel operand of this stack's weight ``param``."""
@@ -137,7 +148,7 @@ def _attention(c: StackCtx, n) -> list[str]:
     lib = c.library("attention")
     sinks = f", sinks={c.vec(n.name + '.sinks')}" if n.op.sinks else ""
     return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, "
-            f"{caches}, k, start_pos, {c.buffers(n.name)}{sinks})"]
+            f"{caches}, k, {c.start_ref}, {c.buffers(n.name)}{sinks}{c.stopped()})"]
 
 
 @EMITTERS.register("mlp")
@@ -227,9 +238,15 @@ def render(model, plan, *, synchronised: bool = False) -> str:
     ops = pack.operands(model, plan)
     caches = [i for i, o in enumerate(ops) if o.role == "cache"]
     body = frame.prologue_lines(model, plan, ctxs)
+    step = frame.step_begin_lines(model, plan) if plan.request.steps > 1 else []
     for c in ctxs:
-        body += stack_body(c)
-    body += frame.epilogue_lines(model, plan)
+        step += stack_body(c)
+    step += frame.epilogue_lines(model, plan)
+    if plan.request.steps > 1:      # the step body in a loop over the call's steps
+        step = (["def decode_step(i, carry):"] + [f"    {ln}" if ln else "" for ln in step]
+                + ["    return carry", "",
+                   "jax.lax.fori_loop(0, STEPS_PER_CALL, decode_step, 0)"])
+    body += step
     scratch = declare.scratch_lines(plan)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -238,7 +255,7 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         model_name=declare.comment(model.name), model_literal=literal(model.name),
         target=f"{plan.target.chip} ({plan.target.topology.name})",
         cores=plan.shard.cores, digest=plan.digest(), batch=req.batch, tokens=req.tokens,
-        rows=mem.rows, rows_padded=mem.rows_padded, hidden=model.hidden_size,
+        steps=req.steps, rows=mem.rows, rows_padded=mem.rows_padded, hidden=model.hidden_size,
         vocab_size=model.vocab_size, vocab_stride=plan.shard.vocab_stride,
         vocab_local=plan.shard.vocab_local, num_banks=mem.stream.num_banks,
         bank_shape=literal(mem.ring.shape),

@@ -32,23 +32,42 @@ def allreduce_call(plan, x: str, parity: str, site: str) -> str:
 
 
 def prologue_lines(model, plan, ctxs) -> list[str]:
-    mem, n = plan.memory, plan.shard.cores
+    """The call's set-up; for a one-step call the step's embedding too (a
+    multi-step call embeds in its step loop, ``step_begin_lines``)."""
+    mem, n, multi = plan.memory, plan.shard.cores, plan.request.steps > 1
     refs = [f"({''.join(f'{c.hbm(p)}, ' for p in c.ring)})" for c in ctxs]
     refs.append("(embed,)" if plan.shard.tied else "(lm_head,)")
     aux = "".join(f"{_ident(plan, f'ring.aux{i}')}, " for i in range(len(mem.ring.aux)))
-    lines = ["me = jax.lax.axis_index('x')" if n > 1 else "me = 0",
-             "pos = rt.positions(start_pos, ROWS_PADDED, BATCH, TOKENS)",
-             f"stream = rt.Stream(ring_banks, ring_sems, NUM_BANKS, SEGMENTS, "
-             f"({', '.join(refs)},), ({aux}), sync=SYNCHRONISED)",
-             "stream.prologue()   # first NUM_BANKS tiles of the step in flight"]
+    steps = ", steps=STEPS_PER_CALL" if multi else ""
+    lines = ["me = jax.lax.axis_index('x')" if n > 1 else "me = 0"]
+    if not multi:
+        lines.append("pos = rt.positions(start_pos, ROWS_PADDED, BATCH, TOKENS)")
+    lines += [f"stream = rt.Stream(ring_banks, ring_sems, NUM_BANKS, SEGMENTS, "
+              f"({', '.join(refs)},), ({aux}), sync=SYNCHRONISED{steps})",
+              "stream.prologue()   # first NUM_BANKS tiles of the step in flight"]
     for c in ctxs:
         for node, ep, tp, _, _ in c.shard.experts:
             lines.append(f"expert_base_s{c.s}_{node} = (me // {literal(tp)}) % {literal(ep)}")
     if n > 1:
         lines.append("rt.barrier(me, NUM_CORES)   # peers are in the kernel before remote writes")
-    lines += ["# node: embed",
-              "x = rt.gather_embedding(tokens, embed, embed_rows, embed_sems, me, VOCAB_STRIDE, "
-              f"ROWS, ROWS_PADDED, {dtype_expr(model.dtype.value)})"]
+    return lines if multi else lines + _embed_lines(model, plan, "tokens")
+
+
+def step_begin_lines(model, plan) -> list[str]:
+    """Start of step i of a multi-step call: tokens, positions, stop flags
+    (``steps.begin_step``), then the embedding of the step's tokens."""
+    b = lambda name: _ident(plan, f"step.{name}")  # noqa: E731
+    return ["stream.step = i   # the ring's bank of a tile depends on the step",
+            f"rt.begin_step(i, tokens, start_pos, limit, {b('tokens')}, {b('start')}, "
+            f"{b('stopped')}, BATCH, {literal(model.max_seq_len)})",
+            f"pos = rt.positions({b('start')}, ROWS_PADDED, BATCH, TOKENS)"
+            ] + _embed_lines(model, plan, b("tokens"))
+
+
+def _embed_lines(model, plan, tokens: str) -> list[str]:
+    lines = ["# node: embed",
+             f"x = rt.gather_embedding({tokens}, embed, embed_rows, embed_sems, me, VOCAB_STRIDE, "
+             f"ROWS, ROWS_PADDED, {dtype_expr(model.dtype.value)})"]
     site = next((s for s in plan.collectives.sites if s.name == "embed.allreduce"), None)
     if site is not None:
         lines.append(allreduce_call(plan, "x", literal(site.parity()), site.name))
@@ -100,4 +119,8 @@ def epilogue_lines(model, plan) -> list[str]:
         b = lambda name: _ident(plan, f"argmax.{name}")  # noqa: E731
         lines.append(f"m, idx = rt.exchange_argmax(m, idx, {b('values')}, {b('indices')}, "
                      f"{b('sems')}, me, NUM_CORES)")
-    return lines + ["next_token[...] = jnp.broadcast_to(idx, (ROWS_PADDED, 128))"]
+    if plan.request.steps == 1:
+        return lines + ["next_token[...] = jnp.broadcast_to(idx, (ROWS_PADDED, 128))"]
+    b = lambda name: _ident(plan, f"step.{name}")  # noqa: E731
+    return lines + [f"rt.end_step(i, idx, next_token, end_id, {b('tokens')}, {b('stopped')}, "
+                    f"{b('argmax_v')}, {b('argmax_s')}, {b('sems')}, BATCH)"]

@@ -8,6 +8,12 @@ in the tile's own dtype (``pltpu.bitcast`` of the loaded words). The prologue st
 t is consumed, tile t+R is started into the bank just freed, which may belong
 to a later op, the next layer, the next stack or the LM head.
 
+A call of ``steps`` > 1 decode steps runs the ring on across the step
+boundary: flat index t of step i is ``i * total + t`` for the bank, so the
+head's refills start the next step's first R tiles (``step`` is the traced
+step index, set by the kernel's step loop) and the next step's layers find
+them arriving.
+
 ``sync=True`` builds the synchronised-ops ablation from the same kernel: no
 DMA runs ahead across an op boundary. Each ring op starts its own first R
 tiles when it begins (``begin``) and refills only with its own tiles; the
@@ -94,13 +100,25 @@ class Segment:
 class Stream:
     """The weight ring over ``segments`` (stacks in order, then the head)."""
 
-    def __init__(self, banks, sems, num_banks, segments, refs, aux=(), sync=False):
+    def __init__(self, banks, sems, num_banks, segments, refs, aux=(), sync=False, steps=1):
         self.banks, self.sems, self.R = banks, sems, num_banks
         self.sync, self._op_end = sync, None
         self.segments, self.refs = segments, refs      # refs[s][i]: HBM weight
         # aux[i]: [R, rows, cols] ring of one tile shape that is not tile
         # aligned (a DMA into a corner of the main banks must be aligned).
         self.aux = aux
+        self.steps, self.step = steps, 0
+        if steps > 1 and (num_banks > self.total() or sync):
+            raise EmitError(f"a {steps}-step call needs at least as many ring tiles per step "
+                            f"({self.total()}) as banks ({num_banks}), and no synchronised "
+                            "ablation", path="ring.steps", hint="plan with fewer banks")
+
+    def _slot(self, flat):
+        """Bank of flat tile ``flat`` of the current step (flat >= total: the
+        next step's tile flat - total)."""
+        if self.steps == 1 or self.total() % self.R == 0:
+            return flat % self.R
+        return (self.step * (self.total() % self.R) + flat) % self.R
 
     def _pieces(self, tile):
         """(col offset, width) of the column pieces of a main-ring tile: a
@@ -120,14 +138,16 @@ class Stream:
         src = self.refs[s][tile.ref]
         if seg.layered:
             src = src.at[layer]
-        slot = flat % self.R
+        slot = self._slot(flat)
         srcs = [src.at[pl.ds(tile.r0_w, tile.rows_w), pl.ds(tile.c0 + c, w)]
                 for c, w in self._pieces(tile)]
         return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot, i])
                         for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))])
 
     def _static(self, flat):
-        """(segment, layer, tile) of a static flat index."""
+        """(segment, layer, tile) of a static flat index (of the next step past
+        the total)."""
+        flat = flat % self.total()
         for s, seg in enumerate(self.segments):
             if flat < seg.end:
                 k, j = divmod(flat - seg.offset, len(seg.tiles))
@@ -136,7 +156,15 @@ class Stream:
 
     def _start_static(self, flat):
         s, k, j = self._static(flat)
-        self._copy(s, k, j, flat).start()
+        if flat < self.total():
+            self._copy(s, k, j, flat).start()
+            return
+        if self.steps == 1:          # past the last step: nothing to fetch
+            return
+
+        @pl.when(self.step + 1 < self.steps)
+        def _():
+            self._copy(s, k, j, flat).start()
 
     def total(self):
         return self.segments[-1].end
@@ -171,7 +199,7 @@ class Stream:
         tile = self.segments[s].tiles[j]
         flat = self.flat(s, k, j)
         copies = self._copy(s, k, j, flat)
-        dsts = self._dsts(tile, flat % self.R)
+        dsts = self._dsts(tile, self._slot(flat))
         pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
         out = fn(pieces)
         for _ in pieces:         # every DMA is waited for, whatever fn read
@@ -192,7 +220,7 @@ class Stream:
                             f"segment {s}", path="ring.consume_run")
         flat = self.segments[s].offset + j
         copies = self._run_copy(s, tile, step, j, flat)
-        dsts = self._dsts(tile, flat % self.R)
+        dsts = self._dsts(tile, self._slot(flat))
         pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
         out = fn(pieces, *_run_offsets(tile.r0, tile.c0, step, j))
         for _ in pieces:
@@ -203,7 +231,7 @@ class Stream:
     def _run_copy(self, s, tile, step, j, flat):
         src = self.refs[s][tile.ref]
         r0, c0 = _run_offsets(tile.r0_w, tile.c0, (step[0] // tile.per, step[1]), j)
-        slot = flat % self.R
+        slot = self._slot(flat)
         srcs = [src.at[pl.ds(r0, tile.rows_w), pl.ds(c0 + c, w)] for c, w in self._pieces(tile)]
         return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot, i])
                         for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))])
@@ -216,9 +244,7 @@ class Stream:
         seg, n = self.segments[s], len(self.segments[s].tiles)
         ahead, j2 = divmod(j + self.R, n)
         if not seg.layered:          # head: k is static
-            nxt = seg.offset + j + self.R
-            if nxt < self.total():
-                self._start_static(nxt)
+            self._start_static(seg.offset + j + self.R)
             return
         flat = self.flat(s, k, j) + self.R
         if ahead == 0:
@@ -229,9 +255,11 @@ class Stream:
         def _():
             self._copy(s, k + ahead, j2, flat).start()
 
-        # Past this stack: the first R flat tiles after its end are static.
+        # Past this stack: the first R flat tiles after its end are static
+        # (of the next step, past the total).
         past = flat - seg.end
-        for e in range(min(self.R, self.total() - seg.end)):
+        after = self.R if self.steps > 1 else min(self.R, self.total() - seg.end)
+        for e in range(after):
             @pl.when(past == e)
             def _():
                 self._start_static(seg.end + e)

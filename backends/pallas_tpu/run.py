@@ -46,6 +46,7 @@ class CheckResult:
     tolerance: float = 0.0
     errors: list[float] = field(default_factory=list)
     cache_tolerance: float = 0.0
+    tokens: "np.ndarray | None" = None     # a multi-step call's tokens [B, N]
 
     @property
     def ok(self) -> bool:
@@ -125,8 +126,10 @@ class KernelRunner:
 
 
 def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, out_dir=None,
-          interpret=None, prompt: int = 3) -> CheckResult:
-    """Run ``steps`` decode steps of the kernel against the reference."""
+          interpret=None, prompt: int = 3, multistep: dict | None = None) -> CheckResult:
+    """Run ``steps`` decode steps of the kernel against the reference; a
+    multi-step plan runs one call of its N steps instead (``multistep``: the
+    ``end_at``/``limit`` of ``run_steps.check_steps``)."""
     from megakernel.backends.pallas_tpu import compile_model, load
 
     if module is None and out_dir is None:
@@ -136,11 +139,16 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
         # pass or fail, so checks leave no folders in the temp directory.
         with tempfile.TemporaryDirectory(prefix="megakernel-check-") as tmp:
             return check(model, plan, weights, steps=steps, seed=seed, out_dir=tmp,
-                         interpret=interpret, prompt=prompt)
+                         interpret=interpret, prompt=prompt, multistep=multistep)
     if module is None:
         module = load.import_module(compile_model(model, plan, out_dir))
     b, t = plan.request.batch, plan.request.tokens
     interpret = interpret if interpret is not None else interpret_params()
+    if plan.request.steps > 1:      # one call of N greedy steps (run_steps.py)
+        from megakernel.backends.pallas_tpu.run_steps import check_steps
+
+        return check_steps(model, plan, weights, module, interpret, seed=seed, prompt=prompt,
+                           **(multistep or {}))
     t0 = time.perf_counter()
     runner = KernelRunner(module, model, plan, weights, make_mesh(plan.shard.cores), interpret)
     w = reference.as_jax(weights)

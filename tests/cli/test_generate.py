@@ -1,0 +1,54 @@
+"""Greedy generation: reference prefill, then kernel calls of N steps each."""
+
+import numpy as np
+import pytest
+
+from megakernel.cli import main
+from megakernel.generate import generate, reference_greedy
+from megakernel.models.weights import init_weights
+
+from tests.e2e.test_decode import dense
+
+
+def test_generate_matches_reference_greedy_with_an_end_id():
+    """7 tokens in 2 calls of 3 steps (the second cut by the length limit); an
+    end id taken from the free continuation stops row 0 in the first call."""
+    model = dense()
+    w = init_weights(model, 0)
+    prompt = [[1, 2, 3], [7, 8, 9]]
+    free = reference_greedy(model, w, prompt, 7)
+    end = int(free[0, 2])
+    got = generate(model, prompt, 7, steps_per_call=3, weights=w, end_id=end)
+    want = reference_greedy(model, w, prompt, 7, end_id=end)
+    assert got.calls == 2
+    np.testing.assert_array_equal(got.tokens, want)
+    assert (got.tokens[0, 2:] == end).all()
+
+
+def test_cli_generate_prints_tokens_that_match(capsys):
+    code = main(["generate", "tiny-dense", "--prompt-ids", "1,2,3", "4,5,6", "--max-new", "5",
+                 "--steps-per-call", "4"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.count("row ") == 2 and "MATCH: 1 kernel call(s) of 4 steps" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["generate", "tiny-dense", "--prompt-ids", "1,2", "3", "--max-new", "4"], "one length"),
+    (["generate", "tiny-dense", "--prompt-ids", "1,99999", "--max-new", "4"], "vocabulary"),
+    (["generate", "tiny-dense", "--prompt-ids", "1", "--max-new", "100000"], "max_seq_len"),
+    (["plan", "tiny-dense", "--tokens", "2", "--steps-per-call", "4"], "tokens=1"),
+    (["generate", "tiny-dense", "--prompt-ids", "1", "--max-new", "4", "--end-id", "99999"],
+     "end_id"),
+])
+def test_generate_and_steps_per_call_refuse_bad_input(argv, needle, capsys):
+    code = main(argv)
+    err = capsys.readouterr()
+    assert code == 2 and needle in err.err, err
+    assert "row " not in err.out
+
+
+def test_check_steps_does_not_apply_to_a_multistep_kernel(capsys):
+    code = main(["check", "tiny-dense", "--steps-per-call", "4", "--steps", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--steps" in err and "one call" in err
