@@ -117,6 +117,8 @@ def make_request(model: Model, *, devices: int, batch: int = 1, tokens: int = 1,
                             f"tokens={tokens} (each step feeds back one greedy token per "
                             "sequence)", path="request.tokens",
                             hint="plan prefill (tokens > 1) with steps_per_call=1")
+    if steps > 1:
+        _check_stepped_state(model, steps)
     room = model.max_seq_len - tokens - (steps - 1)
     if room < 0:
         raise PlanningError(f"tokens={tokens} x steps_per_call={steps} exceeds max_seq_len="
@@ -129,3 +131,22 @@ def make_request(model: Model, *, devices: int, batch: int = 1, tokens: int = 1,
                             f"(steps_per_call - 1) = {room}]", path="request.context",
                             hint="lower context or build the model with a longer max_seq_len")
     return PlanRequest(devices, batch, tokens, context, Overrides.parse(overrides), steps)
+
+
+# State-owning op kinds whose kernel library runs inside a multi-step call: it
+# reads the step's positions and leaves a stopped sequence's state alone
+# (``stopped=``, backends/pallas_tpu/steps.py). A kind joins when its library does.
+STEPPED_STATE_KINDS = frozenset({"attention"})
+
+
+def _check_stepped_state(model: Model, steps: int) -> None:
+    for st in model.stacks:
+        for node in st.layer.nodes:
+            owns_state = bool(node.op.state(1, model.max_seq_len, model.dtype))
+            if owns_state and node.op.kind not in STEPPED_STATE_KINDS:
+                raise PlanningError(
+                    f"steps_per_call={steps}: op kind {node.op.kind!r} "
+                    f"({st.layer.kind}.{node.name}) keeps state that its kernel library does "
+                    "not yet carry across steps inside one call",
+                    path="request.steps_per_call",
+                    hint="use --steps-per-call 1 for this model")

@@ -67,3 +67,12 @@ def test_bad_steps_per_call_is_named(kw, path):
     with pytest.raises(PlanningError) as err:
         plan_model(zoo.model("tiny-dense"), devices=1, **kw)
     assert err.value.path == path
+
+
+def test_state_kinds_without_step_support_are_refused_by_name():
+    """A latent cache (MLA) is not yet carried across steps inside one call:
+    asking for several steps names the op kind and the fix, before planning."""
+    with pytest.raises(PlanningError) as info:
+        plan_model(zoo.model("deepseek-v3"), devices=32, steps=4)
+    assert info.value.path == "request.steps_per_call"
+    assert "'mla'" in str(info.value) and "--steps-per-call 1" in str(info.value)
