@@ -16,8 +16,10 @@ from typing import ClassVar
 from megakernel.errors import IRError, error_context
 from megakernel.ir import limits, sizes
 from megakernel.ir.graph import Layer, Model, OpNode
-from megakernel.ir.kind_elementwise import Softcap
-from megakernel.ir.ops import MLP, Add, Attention, Linear, MoE, Op, RMSNorm, Rope, RopeScaling
+from megakernel.ir.kind_elementwise import Activate, Mul, Softcap
+from megakernel.ir.kind_gdn import GatedDeltaNet
+from megakernel.ir.ops import (MLP, Activation, Add, Attention, Linear, MoE, Op, RMSNorm, Rope,
+                               RopeScaling)
 from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
 from megakernel.ir.types import DType, TensorSpec
 from megakernel.registry import Registry
@@ -41,6 +43,21 @@ class MoEConfig:
     routed_scaling: AnyFloat = 1.0
     num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
     shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
+    # Qwen3-Next: the shared experts' sum is scaled per token by sigmoid(x . w).
+    shared_expert_gate: Bool = False
+
+
+@node
+class LinearAttentionConfig:
+    """The Gated DeltaNet mixer of ``linear_attention`` layers (Hugging Face's
+    ``linear_num_key_heads``, ``linear_num_value_heads``, ``linear_key_head_dim``,
+    ``linear_value_head_dim``, ``linear_conv_kernel_dim``)."""
+
+    num_key_heads: _Heads
+    num_value_heads: _Heads
+    key_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    value_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    conv_kernel: Int(1, limits.MAX_CONV_KERNEL) = 4
 
 
 @node
@@ -79,6 +96,10 @@ class ModelConfig:
     layer_types: tuple[Word, ...] | None = None
     # Gemma 2's final-logit soft-capping: logits -> cap * tanh(logits / cap).
     final_logit_softcap: AnyFloat | None = None
+    # Qwen3.5 / Qwen3-Next: the mixer of layer_types "linear_attention".
+    linear_attention: LinearAttentionConfig | None = None
+    # Qwen3.5 / Qwen3-Next full attention: attn * sigmoid(x W_gate) before o_proj.
+    attn_output_gate: Bool = False
 
     def __post_init__(self):
         if self.moe is None and self.first_k_dense:
@@ -100,6 +121,15 @@ class ModelConfig:
             if "sliding_attention" in self.layer_types and not self.sliding_window:
                 raise IRError("names sliding_attention layers but sliding_window is not set",
                               path="layer_types", hint="set sliding_window")
+        linear = self.layer_types is not None and "linear_attention" in self.layer_types
+        if linear and self.linear_attention is None:
+            raise IRError("names linear_attention layers but linear_attention is not set",
+                          path="layer_types", hint="add a linear_attention block (key and "
+                          "value heads, head dims, conv_kernel)")
+        if self.linear_attention is not None and not linear:
+            raise IRError("is set but no layer_types entry is linear_attention",
+                          path="linear_attention",
+                          hint="remove it, or name linear_attention layers in layer_types")
 
     def layer_kind(self, index: int) -> str:
         """The FFN of layer ``index``: its name in FFNS."""
@@ -127,7 +157,12 @@ _CARD_FIELDS = {"eps": "norm_eps", "offset": "norm_offset", "theta": "rope_theta
                 "hidden": "hidden_size", "intermediate": "intermediate_size",
                 "dim": "hidden_size or head_dim", "num_heads": "num_q_heads or num_kv_heads",
                 "in_features": "hidden_size or num_q_heads x head_dim",
-                "out_features": "hidden_size or the head counts x head_dim"}
+                "out_features": "hidden_size or the head counts x head_dim",
+                "num_key_heads": "linear_attention.num_key_heads",
+                "num_value_heads": "linear_attention.num_value_heads",
+                "key_dim": "linear_attention.key_head_dim",
+                "value_dim": "linear_attention.value_head_dim",
+                "conv_kernel": "linear_attention.conv_kernel"}
 
 
 def _with_card_field(err: IRError) -> IRError:
@@ -170,6 +205,8 @@ def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window) -> str:
 
     hn = b.add("input_norm", norm(h), (x,), "h_attn")
     q = b.add("q_proj", lambda: Linear(h, q_dim, c.qkv_bias), (hn,), "q")
+    if c.attn_output_gate:    # Hugging Face interleaves it with q_proj's rows per head
+        gate = b.add("gate_proj", lambda: Linear(h, q_dim, c.qkv_bias), (hn,), "gate")
     k = b.add("k_proj", lambda: Linear(h, kv_dim, c.qkv_bias), (hn,), "k")
     v = b.add("v_proj", lambda: Linear(h, kv_dim, c.qkv_bias), (hn,), "v")
     if c.qk_norm:
@@ -180,7 +217,25 @@ def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window) -> str:
     o = b.add("attention", lambda: Attention(c.num_q_heads, c.num_kv_heads, d,
                                              c.softmax_scale, window),
               (q, k, v), "attn")
+    if c.attn_output_gate:
+        gate = b.add("gate_act", lambda: Activate(Activation.SIGMOID), (gate,), "gate_sig")
+        o = b.add("attn_gate", Mul, (o, gate), "attn_gated")
     o = b.add("o_proj", lambda: Linear(q_dim, h, c.o_bias), (o,), "attn_out")
+    return b.add("attn_residual", Add, (x, o), "x_mid")
+
+
+def _linear_attention_block(c: ModelConfig, b: LayerBuilder, x: str) -> str:
+    """Gated DeltaNet: six projections, the recurrence, out_proj (ir/kind_gdn.py)."""
+    la, h = c.linear_attention, c.hidden_size
+    hn = b.add("input_norm", lambda: RMSNorm(h, c.norm_eps, c.norm_offset), (x,), "h_attn")
+    kw, vw, hv = (la.num_key_heads * la.key_head_dim, la.num_value_heads * la.value_head_dim,
+                  la.num_value_heads)
+    ins = tuple(b.add(f"{p}_proj", lambda w=w: Linear(h, w), (hn,), f"gdn_{p}")
+                for p, w in (("q", kw), ("k", kw), ("v", vw), ("z", vw), ("b", hv), ("a", hv)))
+    o = b.add("gdn", lambda: GatedDeltaNet(la.num_key_heads, la.num_value_heads,
+                                           la.key_head_dim, la.value_head_dim,
+                                           la.conv_kernel, c.norm_eps), ins, "gdn_out")
+    o = b.add("out_proj", lambda: Linear(vw, h), (o,), "attn_out")
     return b.add("attn_residual", Add, (x, o), "x_mid")
 
 
@@ -192,6 +247,7 @@ MIXERS.register("full_attention")(
                                           else None)))
 MIXERS.register("sliding_attention")(
     ("sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window)))
+MIXERS.register("linear_attention")(("linear", _linear_attention_block))
 
 
 def _mlp(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
@@ -204,7 +260,8 @@ def _moe(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
     return b.add("moe", lambda: MoE(c.hidden_size, m.num_experts, m.top_k,
                                     m.expert_intermediate, m.scoring, m.correction_bias,
                                     m.renormalize, m.routed_scaling, m.num_shared_experts,
-                                    m.shared_intermediate, c.activation), (hn,), "ffn_out")
+                                    m.shared_intermediate, c.activation,
+                                    m.shared_expert_gate), (hn,), "ffn_out")
 
 
 # The FFN table: a layer kind -> block builder (card, builder, normed input) -> output.

@@ -275,7 +275,9 @@ class MoE(Op):
     scores + correction_bias (when present) but *weighted* by scores; the k weights
     are renormalised to sum 1 when ``renormalize``, then multiplied by
     ``routed_scaling``. ``num_shared_experts`` always-on experts of
-    ``shared_intermediate`` each are added (stored as one MLP of their total width).
+    ``shared_intermediate`` each are added (stored as one MLP of their total width);
+    with ``shared_expert_gate`` their sum is first multiplied, per token, by
+    sigmoid(x . w), w a learned vector of ``hidden`` features (Qwen3-Next).
     """
 
     kind: ClassVar[str] = "moe"
@@ -290,8 +292,12 @@ class MoE(Op):
     num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
     shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
     activation: Activation = Activation.SILU
+    shared_expert_gate: Bool = False
 
     def __post_init__(self):
+        if self.shared_expert_gate and not self.num_shared_experts:
+            raise _fail("shared_expert_gate", "shared_expert_gate=True with "
+                        "num_shared_experts=0: there is no shared expert to gate")
         if self.top_k > self.num_experts:
             raise _fail("top_k", f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
         if self.num_shared_experts and not self.shared_intermediate:
@@ -314,6 +320,8 @@ class MoE(Op):
             s = self.shared_width
             p.update(shared_gate=ParamSpec((h, s), dtype), shared_up=ParamSpec((h, s), dtype),
                      shared_down=ParamSpec((s, h), dtype))
+        if self.shared_expert_gate:
+            p["shared_expert_gate"] = ParamSpec((h,), dtype)
         return p
 
     def infer(self, inputs):

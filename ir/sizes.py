@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Sizes:
-    """``param_bytes`` of every weight; ``cache_bytes`` of the KV caches of one
-    sequence of ``max_seq_len`` positions."""
+    """``param_bytes`` of every weight; ``cache_bytes`` of the state one sequence
+    keeps: KV caches of ``max_seq_len`` positions and recurrent states."""
 
     name: str
     param_bytes: int
@@ -46,30 +46,44 @@ def of_config(c: "ModelConfig") -> Sizes:
     q, kv = c.num_q_heads * d, c.num_kv_heads * d
     attn = 2 * h + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
     attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + 2 * d * c.qk_norm
-    dense = (attn + 3 * h * c.intermediate_size) * item
-    moe, moe_layers = 0, 0
+    attn += (h * q + q * c.qkv_bias) * c.attn_output_gate
+    mixer = {"full_attention": attn * item, "sliding_attention": attn * item}
+    state = {"full_attention": 2 * c.max_seq_len * kv * item}
+    state["sliding_attention"] = state["full_attention"]
+    if c.linear_attention is not None:
+        la = c.linear_attention
+        kw, vw, hv = (la.num_key_heads * la.key_head_dim, la.num_value_heads * la.value_head_dim,
+                      la.num_value_heads)
+        # norms, the six projections, out_proj, conv taps, gated-norm weight;
+        # A_log and dt_bias are float32 (ir/kind_gdn.py).
+        gdn = 2 * h + h * (2 * kw + 2 * vw + 2 * hv) + vw * h + la.conv_kernel * (2 * kw + vw)
+        mixer["linear_attention"] = (gdn + la.value_head_dim) * item + 2 * hv * 4
+        state["linear_attention"] = ((la.conv_kernel - 1) * (2 * kw + vw) * item
+                                     + hv * la.key_head_dim * la.value_head_dim * 4)
+    ffn = {"dense": 3 * h * c.intermediate_size * item}
     if c.moe is not None:
         m = c.moe
         routed = m.num_experts * (h + 3 * h * m.expert_intermediate)
-        shared = 3 * h * m.num_shared_experts * m.shared_intermediate
+        shared = 3 * h * m.num_shared_experts * m.shared_intermediate + h * m.shared_expert_gate
         # The router's correction bias is kept in float32 (MoE.params).
-        moe = (attn + routed + shared) * item + 4 * m.num_experts * m.correction_bias
-        moe_layers = c.num_layers - c.first_k_dense
-    layers = (c.num_layers - moe_layers) * dense + moe_layers * moe
+        ffn["moe"] = (routed + shared) * item + 4 * m.num_experts * m.correction_bias
+    kinds = [(c.mixer(i), c.layer_kind(i)) for i in range(c.num_layers)]
+    layers = sum(mixer[a] + ffn[f] for a, f in kinds)
     embed = c.vocab_size * h * (1 if c.tie_embeddings else 2) + h
-    cache = c.num_layers * 2 * c.max_seq_len * kv * item
+    cache = sum(state[a] for a, _ in kinds)
     return Sizes(c.name, layers + embed * item, cache, c.max_seq_len)
 
 
 def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["Layer"],
               tie_embeddings: bool, dtype: DType, max_seq_len: int) -> Sizes:
-    """The sizes of a model of these parts, from each distinct layer's param specs."""
+    """The sizes of a model of these parts, from each distinct layer's param and
+    state specs (appended state at ``max_seq_len`` rows, whole state as declared)."""
     per_layer: dict = {}
     for layer in layers:
         if layer not in per_layer:
             params = sum(s.nbytes for s in layer.params(dtype).values())
-            cache = sum(2 * max_seq_len * n.op.num_kv_heads * n.op.head_dim * dtype.itemsize
-                        for n in layer.attention_nodes())
+            cache = sum(spec.nbytes for n in layer.nodes
+                        for spec in n.op.state(1, max_seq_len, dtype).values())
             per_layer[layer] = (params, cache)
     params = sum(per_layer[layer][0] for layer in layers)
     cache = sum(per_layer[layer][1] for layer in layers)

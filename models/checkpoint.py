@@ -67,10 +67,17 @@ def _moe(router: tuple[str, ...], per_expert: dict[str, str],
 _ATTN_MLP = _attn_mlp()
 LAYER_PREFIX = "model.layers.{i}."
 GLOBAL: dict[str, tuple[Source, ...]] = {
-    "embed.weight": (Source("model.embed_tokens.weight"),),
-    "final_norm.weight": (Source("model.norm.weight"),),
+    # (published vision-language checkpoints keep the text model under model.language_model)
+    "embed.weight": (Source("model.embed_tokens.weight"),
+                     Source("model.language_model.embed_tokens.weight")),
+    "final_norm.weight": (Source("model.norm.weight"), Source("model.language_model.norm.weight")),
     "lm_head.weight": (Source("lm_head.weight", "T"),),
 }
+# model_type -> the prefixes a layer's tensors may live under (default LAYER_PREFIX).
+PREFIXES: dict[str, tuple[str, ...]] = {}
+# model_type -> prefixes of tensors outside the decode step (a vision tower, a
+# multi-token-prediction head) that transformers' causal LM ignores on load too.
+IGNORED_PREFIXES: dict[str, tuple[str, ...]] = {}
 # model_type -> IR layer weight suffix -> HF sources (under LAYER_PREFIX), tried in order.
 NAMES: dict[str, dict[str, tuple[Source, ...]]] = {
     "llama": _ATTN_MLP,
@@ -89,6 +96,9 @@ NAMES: dict[str, dict[str, tuple[Source, ...]]] = {
 }
 # Derived buffers some older checkpoints carry; recomputed from the config.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# Rules that also need the IR layer the weight belongs to (head counts of a
+# fused or interleaved tensor): (files, name, spec, layer) -> array.
+LAYER_RULES: dict = {}
 
 
 def _fused_gate_up(files: _Files, name: str, spec: ParamSpec, half: int) -> np.ndarray:
@@ -172,34 +182,45 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
     files = _Files(folder)
     weights = {}
     for weight, spec in model.params().items():
-        array = _load_one(files, model_type, weight, spec)
+        array = _load_one(files, model_type, weight, spec, model)
         keep = spec.dtype if spec.dtype != model.dtype else target
         weights[weight] = np.asarray(array, dtype=keep.np)
-    _check_leftovers(files, model, weights)
+    _check_leftovers(files, model, weights, IGNORED_PREFIXES.get(model_type, ()))
     return weights
 
 
-def _load_one(files: _Files, model_type: str, weight: str, spec: ParamSpec) -> np.ndarray:
+def _load_one(files: _Files, model_type: str, weight: str, spec: ParamSpec,
+              model: Model) -> np.ndarray:
     sources, layer = _sources(model_type, weight)
-    prefix = "" if layer is None else LAYER_PREFIX.format(i=layer)
+    prefixes = ("",) if layer is None else tuple(
+        p.format(i=layer) for p in PREFIXES.get(model_type, (LAYER_PREFIX,)))
     tried = []
-    for src in sources:
-        name = prefix + src.name
-        probe = name.format(e=0) if "{e}" in name else name
-        tried.append(probe)
-        if files.has(probe):
-            try:
-                return _RULES[src.rule](files, name, spec)
-            except ConfigError as err:
-                raise ConfigError(err.message, path=weight, hint=err.hint) from None
+    for prefix in prefixes:
+        for src in sources:
+            name = prefix + src.name
+            probe = name.format(e=0) if "{e}" in name else name
+            tried.append(probe)
+            if files.has(probe):
+                return _apply(src.rule, files, name, spec, weight,
+                              None if layer is None else model.layers[layer])
     raise ConfigError(f"no tensor for this weight of shape {list(spec.shape)}; looked for "
                       f"{tried or 'nothing (no HF name known for it)'}", path=weight,
                       hint="is the checkpoint for this model and model_type?")
 
 
-def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray]) -> None:
+def _apply(rule: str, files: _Files, name: str, spec: ParamSpec, weight: str, layer):
+    try:
+        if rule in LAYER_RULES:
+            return LAYER_RULES[rule](files, name, spec, layer)
+        return _RULES[rule](files, name, spec)
+    except ConfigError as err:
+        raise ConfigError(err.message, path=weight, hint=err.hint) from None
+
+
+def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray],
+                     ignored: tuple[str, ...] = ()) -> None:
     left = sorted(n for n in set(files.tensors) - files.used
-                  if not n.endswith(_IGNORED_SUFFIXES))
+                  if not n.endswith(_IGNORED_SUFFIXES) and not n.startswith(ignored))
     if model.tie_embeddings and "lm_head.weight" in left:
         # Some tied checkpoints store the head anyway; it must be the embedding.
         if np.array_equal(files.get("lm_head.weight"), files.get("model.embed_tokens.weight")):
@@ -210,3 +231,7 @@ def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray]
         raise ConfigError(f"{len(left)} tensors are not used by the model: {shown}{more}",
                           path="checkpoint", hint="the checkpoint has weights the IR "
                           "model does not (a different architecture or config?)")
+
+
+# The hybrid linear-attention families register their rows (after the tables above).
+from megakernel.models import checkpoint_hybrid  # noqa: E402,F401

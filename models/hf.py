@@ -1,6 +1,7 @@
 """Import a Hugging Face ``config.json`` into a model card.
 
-Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, mixtral. Every key of
+Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, mixtral, and the hybrid
+linear-attention families qwen3_5, qwen3_5_text, qwen3_next (``hf_hybrid``). Every key of
 the file is either mapped to a card field, known to be harmless for inference
 (``hf_fields.HARMLESS_KEYS``), or reported: one ``ConfigError`` lists every
 unsupported key and value of the file. Families differ only by the rows of
@@ -20,6 +21,7 @@ from megakernel.ir import limits
 from megakernel.ir.config import MoEConfig, ModelConfig, build
 from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType
+from megakernel.models import hf_hybrid
 from megakernel.models.hf_fields import REQUIRED, FieldReader
 
 
@@ -31,7 +33,9 @@ class Family:
     decides). ``window``: "none" (no sliding-window keys), "global" (one
     ``sliding_window`` for every layer) or "qwen" (``use_sliding_window`` for the
     layers from ``max_window_layers`` on). ``moe``: "none", "qwen", "mixtral".
-    ``head_dim``: default when the key is absent (0 = hidden / heads)."""
+    ``head_dim``: default when the key is absent (0 = hidden / heads).
+    ``hybrid``: Gated DeltaNet and gated full-attention layers (hf_hybrid), with
+    "qwen_next" MoE (a sigmoid-gated shared expert)."""
 
     qkv_bias: str
     o_bias: str
@@ -41,6 +45,7 @@ class Family:
     rope_theta: float
     window: str
     moe: str
+    hybrid: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -49,6 +54,12 @@ FAMILIES: dict[str, Family] = {
     "qwen3":     Family("attention_bias", "attention_bias", True, 128, 1e-6, 1e4, "qwen", "none"),
     "qwen3_moe": Family("attention_bias", "attention_bias", True, 128, 1e-6, 1e4, "qwen", "qwen"),
     "mixtral":   Family("never", "never", False, 0, 1e-5, 1e6, "global", "mixtral"),
+    "qwen3_5":   Family("attention_bias", "attention_bias", True, 256, 1e-6, 1e4, "none", "none",
+                        hybrid=True),
+    "qwen3_5_text": Family("attention_bias", "attention_bias", True, 256, 1e-6, 1e4, "none",
+                           "none", hybrid=True),
+    "qwen3_next": Family("attention_bias", "attention_bias", True, 256, 1e-6, 1e4, "none",
+                         "qwen_next", hybrid=True),
 }
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
@@ -69,6 +80,7 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
     bfloat16 when absent); ``max_seq_len`` is capped by
     ``max_position_embeddings``. The card is built once to check it."""
     data, source, folder = _read(config)
+    data = hf_hybrid.unwrap(data, source)
     r = FieldReader(data, source)
     model_type = r.get("model_type", str)
     family = FAMILIES.get(model_type)
@@ -77,7 +89,10 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
                           f"{sorted(FAMILIES)}", path=source)
     fields = _dense_fields(r, family)
     fields.update(_rope(r, family))
-    fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
+    if family.hybrid:
+        fields.update(hf_hybrid.hybrid_fields(r, fields, dense=family.moe == "none"))
+    else:
+        fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
     fields.update(_moe(r, family, fields))
     fields["dtype"] = _dtype(r, dtype)
     limit = r.get("max_position_embeddings", int, max_seq_len, low=1)
@@ -162,7 +177,8 @@ def _rope(r: FieldReader, f: Family) -> dict[str, Any]:
                   f"{sorted(_ROPE_KEYS)} (yarn, dynamic, longrope etc. change the "
                   "frequencies in ways the IR's Rope cannot express)")
         return out
-    allowed = {"rope_type", "type", "rope_theta", *_ROPE_KEYS[kind]}
+    allowed = {"rope_type", "type", "rope_theta", *_ROPE_KEYS[kind],
+               *(hf_hybrid.ROPE_KEYS if f.hybrid else ())}
     for extra in sorted(set(p) - allowed):
         r.problem(pre + extra, f"={shown(p[extra])} is not supported for rope_type {kind!r}")
     if kind == "default":
@@ -224,6 +240,12 @@ def _moe(r: FieldReader, f: Family, fields: dict) -> dict[str, Any]:
         experts = r.get("num_local_experts", int, 8, low=1, high=limits.MAX_EXPERTS) or 1
         return {"moe": MoEConfig(experts, top_k, fields["intermediate_size"] or 1,
                                  "softmax", renormalize=True)}
+    shared = {}
+    if f.moe == "qwen_next":    # one shared expert, its output scaled by sigmoid(x . w)
+        width = r.get("shared_expert_intermediate_size", int, 0, low=0, high=limits.MAX_WIDTH)
+        if width:
+            shared = dict(num_shared_experts=1, shared_intermediate=width,
+                          shared_expert_gate=True)
     experts = _num_experts(r)
     width = r.get("moe_intermediate_size", int, 768, low=1, high=limits.MAX_WIDTH) or 1
     step = r.get("decoder_sparse_step", int, 1)
@@ -242,7 +264,7 @@ def _moe(r: FieldReader, f: Family, fields: dict) -> dict[str, Any]:
         return {}
     if first_k == n:
         return {}
-    return {"moe": MoEConfig(experts, top_k, width, "softmax", renormalize=renorm),
+    return {"moe": MoEConfig(experts, top_k, width, "softmax", renormalize=renorm, **shared),
             "first_k_dense": first_k}
 
 

@@ -8,7 +8,7 @@ from dataclasses import fields
 import pytest
 
 from megakernel.errors import IRError
-from megakernel.ir.config import ModelConfig, MoEConfig, build
+from megakernel.ir.config import LinearAttentionConfig, ModelConfig, MoEConfig, build
 from megakernel.ir.graph import Layer, Model, OpNode
 from megakernel.ir.ops import OP_KINDS, RMSNorm, RopeScaling
 from megakernel.ir.serialize import model_from_json, model_to_json
@@ -32,6 +32,7 @@ VALID_OPS = {
     "scale": dict(factor=0.5),
     "softcap": dict(cap=30.0),
     "channel_scale": dict(dim=64),
+    "gated_deltanet": dict(num_key_heads=2, num_value_heads=4, key_dim=16, value_dim=16),
 }
 
 
@@ -78,11 +79,16 @@ def _card():
     c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position": 64}
     c["sliding_window"] = 64
+    # a hybrid card, so the linear-attention fields are read too
+    c["layer_types"] = ["linear_attention", "full_attention", "full_attention"]
+    c["linear_attention"] = {"num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 64,
+                             "value_head_dim": 64, "conv_kernel": 4}
     return c
 
 
 CARD_FIELDS = ([f.name for f in fields(ModelConfig)]
                + [f"moe.{f.name}" for f in fields(MoEConfig)]
+               + [f"linear_attention.{f.name}" for f in fields(LinearAttentionConfig)]
                + [f"rope_scaling.{f.name}" for f in fields(RopeScaling)])
 
 
