@@ -65,6 +65,9 @@ class OpLayout:
     geometry: object = None
     needs: tuple[Need, ...] = ()
     kind: Kind = Kind.SCRATCH
+    # The buffers hold data across the whole stack (e.g. state fetched by the
+    # previous repetition), not only during the op's own program point.
+    stack_lifetime: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,16 +132,19 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
     for st, ss in zip(model.stacks, shard.stacks):
         s = ss.stack
         cx = OpCtx(model, ss, request, request.rows, rows_p, kv, experts)
+        mine = [p.index for p in points if p.stack == s]
         for node in st.layer.nodes:
             at = index[f"s{s}.{node.name}"]
             layout = BUFFERS(node.op.kind, f"layers[{s}].{node.name}")(cx, node)
+            first, last_use = (mine[0], mine[-1]) if layout.stack_lifetime else (at, at)
             if layout.geometry is not None:
                 geometries.append(OpGeometry(s, node.name, layout.library, layout.geometry))
             for need in layout.needs:
                 kind = Kind.SEMAPHORES if need.space == Space.SEMAPHORE else (
                     Kind.SCALARS if need.space == Space.SMEM else layout.kind)
                 name = table.add(sized(f"{node.name}.{need.name}", need.space, kind,
-                                       need.shape, need.dtype, at, at, need.note), stack=s)
+                                       need.shape, need.dtype, first, last_use, need.note),
+                                 stack=s)
                 bindings.append(Binding(s, node.name, need.name, name))
         vectors = [p for p in ss.params if p.channel == "vector"]
         for p in vectors:

@@ -12,7 +12,8 @@ reads. Per token, per value head h (key head ``h // (HV / HK)``):
     y      = rmsnorm(o) * norm_weight * silu(z)                    (plain weight, not 1 + w)
 
 State kept between steps (``state``): the raw (pre-conv) q, k and v rows of
-the last ``conv_kernel - 1`` tokens, and the recurrent state S of every value
+the last ``conv_kernel - 1`` tokens (``hist_q``, ``hist_k``, ``hist_v``; the
+conv taps are the weights ``conv_q``, ``conv_k``, ``conv_v``), and the recurrent state S of every value
 head in float32, each read whole and written whole every step.
 """
 
@@ -80,9 +81,9 @@ class GatedDeltaNet(Op):
 
     def state(self, batch, max_seq_len, dtype):
         hist = self.conv_kernel - 1
-        return {"conv_q": StateSpec((batch, hist, self.key_width), dtype, WHOLE),
-                "conv_k": StateSpec((batch, hist, self.key_width), dtype, WHOLE),
-                "conv_v": StateSpec((batch, hist, self.value_width), dtype, WHOLE),
+        return {"hist_q": StateSpec((batch, hist, self.key_width), dtype, WHOLE),
+                "hist_k": StateSpec((batch, hist, self.key_width), dtype, WHOLE),
+                "hist_v": StateSpec((batch, hist, self.value_width), dtype, WHOLE),
                 "recurrent": StateSpec((batch, self.num_value_heads, self.key_dim,
                                         self.value_dim), DType.F32, WHOLE)}
 

@@ -16,3 +16,5 @@ from megakernel.compiler import kind_elementwise as _compiler_elementwise  # noq
 from megakernel.backends.pallas_tpu import kind_elementwise as _pallas_elementwise  # noqa: F401,E402
 from megakernel.ir import kind_gdn  # noqa: F401,E402
 from megakernel.models import kind_gdn as _models_gdn  # noqa: F401,E402
+from megakernel.compiler import kind_gdn as _compiler_gdn  # noqa: F401,E402
+from megakernel.backends.pallas_tpu import kind_gdn as _pallas_gdn  # noqa: F401,E402

@@ -80,8 +80,8 @@ def gated_deltanet(op, p, xs, ctx, name):
     pre = f"{ctx.prefix}{name}."
     conv = {}
     for part, x in zip(SECTIONS, (q, k, v)):
-        hist = ctx.caches[f"{pre}conv_{part}"]
-        conv[part], ctx.caches[f"{pre}conv_{part}"] = causal_conv(
+        hist = ctx.caches[f"{pre}hist_{part}"]
+        conv[part], ctx.caches[f"{pre}hist_{part}"] = causal_conv(
             p[f"conv_{part}"], hist, x.reshape(bsz, t, -1).astype(hist.dtype))
     qh = l2norm(conv["q"].reshape(bsz, t, hk, dk)) * dk ** -0.5
     kh = l2norm(conv["k"].reshape(bsz, t, hk, dk))

@@ -41,7 +41,7 @@ def test_hybrid_card_builds_one_stack_of_a_period():
     specs = model.cache_specs(3)
     assert specs["layers.0.gdn.recurrent"].shape == (3, 4, 32, 32)
     assert specs["layers.0.gdn.recurrent"].dtype.value == "float32"
-    assert specs["layers.0.gdn.conv_v"].shape == (3, 3, 128)
+    assert specs["layers.0.gdn.hist_v"].shape == (3, 3, 128)
     assert {s.access for k, s in specs.items() if ".gdn." in k} == {"whole"}
 
 

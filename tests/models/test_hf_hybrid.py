@@ -31,7 +31,7 @@ def gdn_states(caches, step, exp, batch):
     """(ours, HF's) conv and recurrent states of each GDN layer after ``step``:
     HF keeps Kc raw columns [B, C, Kc] of which the last Kc-1 are read again."""
     for i in range(3):
-        conv = np.concatenate([np.asarray(caches[f"layers.{i}.gdn.conv_{p}"], np.float32)
+        conv = np.concatenate([np.asarray(caches[f"layers.{i}.gdn.hist_{p}"], np.float32)
                                for p in "qkv"], axis=-1)
         yield f"conv {i}", conv.transpose(0, 2, 1), exp[f"conv_state_{i}_{step}"][:, :, 1:]
         yield (f"recurrent {i}", np.asarray(caches[f"layers.{i}.gdn.recurrent"]),
