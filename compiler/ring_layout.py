@@ -28,10 +28,12 @@ def aligned(tile) -> bool:
 def _bank_rows_cols(tiles) -> tuple[int, int]:
     """[rows, cols] of one main bank: pick the column width that makes the bank
     smallest once wider tiles are folded (ties: wider, fewer DMAs)."""
-    def rows_for(width):
-        return max(t.view[0] * -(-t.view[1] // width) for t in tiles)
+    views = {t.view for t in tiles}          # many tiles share a shape: size each once
 
-    widths = sorted({t.view[1] for t in tiles})
+    def rows_for(width):
+        return max(r * -(-c // width) for r, c in views)
+
+    widths = sorted({c for _, c in views})
     best = min(widths, key=lambda w: (rows_for(w) * w, -w))
     return rows_for(best), best
 
