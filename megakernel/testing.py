@@ -270,7 +270,9 @@ def check_examples(model, *, examples: int = 10, devices: int = 1, max_batch: in
 def check_hf_fixture(folder, *, devices: int = 1) -> list[tuple[str, float]]:
     """Decode a Hugging Face fixture (``tests/fixtures/hf/*``) through generated
     kernels: a T0-token prefill, then two 1-token steps, each compared with the
-    logits transformers wrote. Returns (step, max |err| / logit scale) pairs."""
+    logits transformers wrote. Returns (step, max |err| / logit scale) pairs,
+    and, for fixtures that store Gated DeltaNet states, (step + " states",
+    max |err|) of the conv histories and recurrent states after each step."""
     from pathlib import Path
 
     from megakernel.backends.pallas_tpu import run
@@ -299,4 +301,22 @@ def check_hf_fixture(folder, *, devices: int = 1) -> list[tuple[str, float]]:
         caches = runner.caches()
         scale = float(np.max(np.abs(expected)))
         out.append((name, float(np.max(np.abs(logits - expected))) / scale))
+        if f"recurrent_state_0_{name}" in exp:
+            out.append((f"{name} states", _gdn_state_error(caches, exp, name)))
     return out
+
+
+def _gdn_state_error(caches, exp, step: str) -> float:
+    """Max |ours - HF's| over the GDN layers' states after ``step``. HF keeps Kc
+    raw conv columns [B, C, Kc], of which the last Kc - 1 are read again; ours
+    are [B, Kc-1, C] per q/k/v section, and the recurrent state is [B, HV, dk, dv]
+    in both."""
+    err, i = 0.0, 0
+    while f"recurrent_state_{i}_{step}" in exp:
+        conv = np.concatenate([np.asarray(caches[f"layers.{i}.gdn.hist_{p}"], np.float32)
+                               for p in "qkv"], axis=-1).transpose(0, 2, 1)
+        err = max(err, float(np.max(np.abs(conv - exp[f"conv_state_{i}_{step}"][:, :, 1:]))),
+                  float(np.max(np.abs(np.asarray(caches[f"layers.{i}.gdn.recurrent"])
+                                      - exp[f"recurrent_state_{i}_{step}"]))))
+        i += 1
+    return err

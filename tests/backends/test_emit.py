@@ -99,7 +99,8 @@ def declared_vmem(module) -> int:
 
 
 ZOO_DEVICES = {"tiny-dense": 2, "tiny-moe": 4, "llama-3.2-1b": 1, "qwen3-8b": 4,
-               "qwen3-32b": 8, "qwen3-30b-a3b": 8, "mixtral-8x7b": 8}
+               "qwen3-32b": 8, "qwen3-30b-a3b": 8, "mixtral-8x7b": 8,
+               "qwen3.5-27b": 8, "qwen3-next-80b-a3b": 8}
 
 
 @pytest.mark.parametrize("name", sorted(ZOO_DEVICES))
