@@ -9,7 +9,8 @@ stage that did not produce its number.
 from __future__ import annotations
 
 COLUMNS = ("model", "cores", "plan s", "codegen s", "AOT s", "step ms (modeled)",
-           "HBM floor ms (modeled)", "eff. (modeled)", "sync-ops ms (modeled)",
+           "HBM floor ms (modeled)", "eff. (modeled)", "state MB/step (modeled)",
+           "sync-ops ms (modeled)",
            "trace replay ms mega/sync (modeled)",
            "VMEM MiB compiled/plan", "XLA copies MiB", "bytes/step trace/min", "check s")
 
@@ -61,6 +62,7 @@ class _Cells:
         cells.append(s(r, "plan", lambda: f"{r['modeled_step_ms']:.3f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_hbm_floor_ms']:.3f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_efficiency']:.1%}"))
+        cells.append(s(r, "plan", lambda: f"{r.get('modeled_state_bytes_per_step', 0) / 1e6:.1f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_sync_step_ms']:.3f} "
                                           f"(x{r['modeled_sync_slowdown']:.2f})"))
         cells.append(s(r, "replay", lambda: f"{r['replay_step_ms']:.4f}/"
@@ -115,6 +117,10 @@ def render(records: list[dict], summary: dict) -> str:
         "  it copies the in-place KV caches in and the outputs out (docs/verification.md).",
         "check s: interpret-mode check of 2 decode steps vs the plain-JAX reference "
         "(FAIL = disagreed).",
+        "state MB/step (modeled): recurrent state (Gated DeltaNet conv histories and delta-rule "
+        "states) read and written",
+        "  whole every step, per core, as planned (plan.memory.states); counted in the step "
+        "time and the HBM floor.",
         "Timings are wall clock on a shared 2-core CPU machine, noisy: compare ratios within "
         "one run. 'modeled' = cost model, not a measurement.",
     ]
