@@ -95,3 +95,31 @@ def test_an_impossible_split_says_what_to_change():
     text = str(info.value)
     assert "_gdn.num_value_heads" in text and "num_value_heads=6" in text
     assert "[1, 2, 3, 6]" in text
+
+
+def test_declared_vmem_is_the_plan_for_drawn_hybrids():
+    """As tests/backends/test_emit.py, for drawn hybrid models: the module
+    declares exactly the plan's VMEM, the GDN state buffers included."""
+    import tempfile
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from megakernel.backends.pallas_tpu import load
+    from megakernel.testing import hybrid_configs
+    from tests.backends.test_emit import declared_vmem
+
+    @settings(max_examples=8, deadline=None)
+    @given(st.sampled_from([1, 2, 4]).flatmap(
+        lambda d: st.tuples(st.just(d), hybrid_configs(cores=d), st.integers(1, 8),
+                            st.integers(1, 4))))
+    def prop(case):
+        devices, card, batch, tokens = case
+        model = build(card)
+        plan = plan_model(model, devices=devices, batch=batch, tokens=tokens)
+        assert any(b.name.endswith("gdn.recurrent") for b in plan.memory.scratch())
+        with tempfile.TemporaryDirectory() as d:
+            module = load.import_module(backend.compile_model(model, plan, d))
+            assert declared_vmem(module) == plan.memory.vmem_declared
+
+    prop()
