@@ -199,13 +199,15 @@ def _recurrence(g, qt, kt, v, beta, decay, state, p, b, outs):
     new = []
     for h in range(g.value_heads):
         kh = h // g.group
+        if h % g.group == 0:        # the key head's q and k columns, shared by its group
+            cols = [[jnp.sum(jnp.where(lanes == b * g.tokens + t, m[kh * dk:(kh + 1) * dk], 0.0),
+                             axis=1, keepdims=True) for m in (kt, qt)]      # [dk, 1] each
+                    for t in range(g.tokens)]
         s = state[p, b, h]                                              # [dk, dv]
         out = outs[h]
         for t in range(g.tokens):
             r = b * g.tokens + t
-            col = lambda m: jnp.sum(jnp.where(lanes == r, m[kh * dk:(kh + 1) * dk], 0.0),  # noqa: E731
-                                    axis=1, keepdims=True)              # [dk, 1]
-            kc, qc = col(kt), col(qt)
+            kc, qc = cols[t]
             vr = _pick_row(v[:, h * dv:(h + 1) * dv], rows_v, r)        # [1, dv]
             mask = (rows_h == r) & (heads_h == h)
             s = s * _scalar(decay, mask)
