@@ -12,7 +12,7 @@ COLUMNS = ("model", "cores", "plan s", "codegen s", "AOT s", "step ms (modeled)"
            "HBM floor ms (modeled)", "eff. (modeled)", "state MB/step (modeled)",
            "sync-ops ms (modeled)",
            "trace replay ms mega/sync (modeled)",
-           "VMEM MiB compiled/plan", "XLA copies MiB", "bytes/step trace/min", "check s")
+           "VMEM MiB compiled/plan (diff)", "XLA copies MiB", "bytes/step trace/min", "check s")
 
 
 def _mib(n) -> str:
@@ -29,6 +29,12 @@ def _plan_vmem(r) -> int:
         if r.get(key) is not None:
             return r[key]
     raise KeyError("plan_vmem_bytes")
+
+
+def _vmem(compiled, plan) -> str:
+    if compiled is None:
+        return f"n/a/{_mib(plan)}"
+    return f"{_mib(compiled)}/{_mib(plan)} ({(compiled - plan) / 2**20:+.2f})"
 
 
 class _Cells:
@@ -68,9 +74,7 @@ class _Cells:
         cells.append(s(r, "replay", lambda: f"{r['replay_step_ms']:.4f}/"
                                             f"{r['replay_sync_step_ms']:.4f} "
                                             f"(x{r['replay_sync_slowdown']:.2f})"))
-        cells.append(s(r, "aot", lambda: ("n/a" if r["compiled_vmem_bytes"] is None
-                                          else _mib(r["compiled_vmem_bytes"]))
-                                         + f"/{_mib(_plan_vmem(r))}")
+        cells.append(s(r, "aot", lambda: _vmem(r["compiled_vmem_bytes"], _plan_vmem(r)))
                      if "plan_s" in r else s(r, "plan", lambda: ""))
         cells.append(s(r, "aot", lambda: _mib(r["aot_hbm_copy_bytes"])))
         cells.append(s(r, "trace", lambda: f"{_bytes(r['trace_bytes_per_step'])}/"

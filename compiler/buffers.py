@@ -131,3 +131,6 @@ class Operand:
     sharded: bool
     role: str            # step | gather | vector | ring | experts | constant | cache
     stack: int | None = None
+    # The weight ring's operands hold 32-bit words, rows packed (ring_layout);
+    # ``element`` is the dtype the words carry.
+    element: str | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from megakernel.compiler.buffers import Kind
 from megakernel.compiler.cost import COST
+from megakernel.compiler.layout import LANES, round_up
 from megakernel.compiler.plan_buffers import BUFFERS, OpLayout
 from megakernel.compiler.plan_operands import CONSTANTS
 from megakernel.compiler.shard_rules import (SHARDING, LayerSharding, ShardRule, Split, StateShard,
@@ -26,8 +27,12 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, min(n, 32) + 1) if n % d == 0]
 
 
-def gdn_splits(op, cores: int) -> tuple[Split, Split, Split, int]:
-    """(key-width split, value-width split, value-head split, key replication)."""
+def gdn_splits(op, cores: int) -> tuple[Split, Split, Split, Split, int]:
+    """(key-width split, value-width split, gate split, value-head split, key
+    replication). The b and a gates (one per value head) are zero-padded to 128
+    lanes per core: a few lanes wide, their projections would otherwise stream
+    through a ring of their own, R banks of tiles padded to 128 lanes in VMEM
+    (10 MiB for Qwen3.5-27B on 8 cores); padded, they are ordinary tiles."""
     hk, hv = op.num_key_heads, op.num_value_heads
     if hv % cores:
         raise ShardingError(f"num_value_heads={hv} cannot be split evenly over {cores} "
@@ -41,22 +46,23 @@ def gdn_splits(op, cores: int) -> tuple[Split, Split, Split, int]:
     hv_l = hv // cores
     value = Split(0, cores, 1, hv_l * op.value_dim, hv_l * op.value_dim)
     heads = Split(0, cores, 1, hv_l, hv_l)
+    gates = Split(0, cores, 1, hv_l, round_up(hv_l, LANES))
     if hk >= cores:
         w = hk // cores * op.key_dim
-        return Split(0, cores, 1, w, w), value, heads, 1
+        return Split(0, cores, 1, w, w), value, gates, heads, 1
     rep = cores // hk
-    return Split(0, hk, rep, op.key_dim, op.key_dim), value, heads, rep
+    return Split(0, hk, rep, op.key_dim, op.key_dim), value, gates, heads, rep
 
 
 def _want(ls: LayerSharding, node, out_want):
-    key, value, heads, _ = gdn_splits(node.op, ls.cores)
-    return (key, key, value, value, heads, heads)
+    key, value, gates, _, _ = gdn_splits(node.op, ls.cores)
+    return (key, key, value, value, gates, gates)
 
 
 def _forward(ls: LayerSharding, node):
     op = node.op
-    key, value, heads, _ = gdn_splits(op, ls.cores)
-    for t, want in zip(node.inputs, (key, key, value, value, heads, heads)):
+    key, value, gates, heads, _ = gdn_splits(op, ls.cores)
+    for t, want in zip(node.inputs, (key, key, value, value, gates, gates)):
         if ls.state[t] != want:
             raise ShardingError(f"input {t!r} is {ls.state[t]!r} across cores, expected "
                                 "split by heads: it must come from a projection", path="inputs")
@@ -85,14 +91,15 @@ def _buffers(cx, node) -> OpLayout:
 
     op = node.op
     cores = cx.request.devices
-    _, value, _, rep = gdn_splits(op, cores)
+    rep = gdn_splits(op, cores)[-1]
     g = gdn.GDNGeometry(
         batch=cx.request.batch, tokens=cx.request.tokens, rows_padded=cx.rows_padded,
         key_heads=max(op.num_key_heads // cores, 1), value_heads=op.num_value_heads // cores,
         key_dim=op.key_dim, value_dim=op.value_dim, conv_kernel=op.conv_kernel,
         norm_eps=op.norm_eps, conv_dtype=cx.model.dtype.value, layers=cx.ss.count,
         key_replication=rep)
-    return OpLayout("gdn", g, gdn.buffers(g), Kind.STATE, stack_lifetime=True)
+    return OpLayout("gdn", g, gdn.buffers(g), Kind.STATE, values=gdn.value_bytes(g),
+                    stack_lifetime=True)
 
 
 @COST.register("gated_deltanet")

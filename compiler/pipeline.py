@@ -64,7 +64,7 @@ def _plan_one(model: Model, target: Target, request, ep, *, rounds: int, cache: 
                                        cache=cache)
     collectives = schedule_collectives(shard, memory, specs)
     report = estimate(model, shard, memory, collectives, target, request)
-    return Plan(model.name, request, target, shard, memory, collectives, report)
+    return Plan(model, request, target, shard, memory, collectives, report)
 
 
 def _target(target, devices: int) -> Target:

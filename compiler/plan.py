@@ -1,15 +1,15 @@
 """The plan: everything the code generator executes, frozen and exportable.
 
-After ``pipeline.plan_model``: a ``Plan`` bundles the request, the target,
-the shard plan, the memory plan (with the weight stream), the collective
-schedule and the cost report. ``to_json()`` is deterministic, and ``digest()``
-(SHA-256 of it) names the plan in generated code and caches.
+After ``pipeline.plan_model``: a ``Plan`` bundles the model, the request, the
+target, the shard plan, the memory plan (with the weight stream), the
+collective schedule and the cost report. ``to_json()`` is deterministic,
+``digest()`` (SHA-256 of it) names the plan in generated code and caches, and
+``from_json`` reads it back whole: a plan stands alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import json
 from dataclasses import dataclass
@@ -19,14 +19,17 @@ from megakernel.compiler.plan_memory import MemoryPlan
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectivePlan
 from megakernel.compiler.shard import ShardPlan
+from megakernel.compiler.plan_json import decode, encode
 from megakernel.compiler.target import COST_TABLE, Target
+from megakernel.errors import PlanningError
+from megakernel.ir.graph import Model
 
 PLAN_FORMAT = "megakernel.plan/1"
 
 
 @dataclass(frozen=True)
 class Plan:
-    model: str
+    model: Model
     request: PlanRequest
     target: Target
     shard: ShardPlan
@@ -37,7 +40,7 @@ class Plan:
 
     def to_dict(self) -> dict:
         out = {"format": PLAN_FORMAT}
-        out.update({f.name: _encode(getattr(self, f.name)) for f in dataclasses.fields(self)})
+        out.update({f.name: encode(getattr(self, f.name)) for f in dataclasses.fields(self)})
         out["cost_sources"] = {k: c.source for k, c in COST_TABLE.items()}
         return out
 
@@ -47,16 +50,22 @@ class Plan:
     def digest(self) -> str:
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Plan":
+        """The plan ``to_dict`` wrote (a compiled folder's plan.json)."""
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+            raise PlanningError(f"not a {PLAN_FORMAT} document", path="plan.format",
+                                hint="give the plan.json that `megakernel compile` wrote")
+        try:
+            return decode(cls, {k: v for k, v in data.items()
+                                if k not in ("format", "cost_sources")})
+        except (KeyError, TypeError, ValueError) as err:
+            if isinstance(err, PlanningError):
+                raise
+            raise PlanningError(f"plan.json does not hold a plan: {type(err).__name__}: "
+                                f"{str(err)[:200]}", path="plan",
+                                hint="recompile the folder with `megakernel compile`") from None
 
-def _encode(value):
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (tuple, list)):
-        return [_encode(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
-    if isinstance(value, float):
-        return float(f"{value:.6g}")        # stable digits across platforms
-    return value
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        return cls.from_dict(json.loads(text))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, Need, OpGeometry, Space
 from megakernel.compiler.layout import padded_bytes, smem_bytes
+from megakernel.backends.pallas_tpu import attention, moe
 from megakernel.registry import Registry
 
 
@@ -65,6 +66,7 @@ class OpLayout:
     geometry: object = None
     needs: tuple[Need, ...] = ()
     kind: Kind = Kind.SCRATCH
+    values: int = 0          # bytes of temporaries its code holds beyond its inputs and output
     # The buffers hold data across the whole stack (e.g. state fetched by the
     # previous repetition), not only during the op's own program point.
     stack_lifetime: bool = False
@@ -87,13 +89,18 @@ VECTORS = "<vectors>"      # Binding.node of a stack's per-layer vector buffers
 
 # One rule per op kind: (ctx, node) -> OpLayout.
 BUFFERS: Registry = Registry("buffer", "compiler/plan_buffers.py")
-BUFFERS.register("rmsnorm", "linear", "rope", "add", "mlp")(lambda cx, node: OpLayout())
+BUFFERS.register("rmsnorm", "linear", "rope", "add")(lambda cx, node: OpLayout())
+
+
+@BUFFERS.register("mlp")
+def _mlp(cx: OpCtx, node) -> OpLayout:
+    # gate, up and their product, each [rows, intermediate on this core] f32
+    width = cx.ss.param(f"{node.name}.up").shape[1]
+    return OpLayout(values=3 * cx.rows_padded * width * 4)
 
 
 @BUFFERS.register("attention")
 def _attention(cx: OpCtx, node) -> OpLayout:
-    from megakernel.backends.pallas_tpu import attention
-
     op, s = node.op, cx.ss.stack
     _, q_l, kv_l, _ = next(h for h in cx.ss.heads if h[0] == node.name)
     k = next(x for x in cx.kv if x.stack == s and x.node == node.name)
@@ -102,13 +109,12 @@ def _attention(cx: OpCtx, node) -> OpLayout:
         q_heads=q_l, kv_heads=kv_l, head_dim=op.head_dim, kv_tile=k.kv_tile,
         max_seq_len=cx.model.max_seq_len, scale=op.softmax_scale, window=op.sliding_window,
         cache_dtype=k.dtype)
-    return OpLayout("attention", g, attention.buffers(g), Kind.KV_TILES)
+    return OpLayout("attention", g, attention.buffers(g), Kind.KV_TILES,
+                    attention.value_bytes(g))
 
 
 @BUFFERS.register("moe")
 def _moe(cx: OpCtx, node) -> OpLayout:
-    from megakernel.backends.pallas_tpu import moe
-
     op, s = node.op, cx.ss.stack
     _, _, _, local, width = next(e for e in cx.ss.experts if e[0] == node.name)
     es = next(e for e in cx.experts if e.stack == s and e.node == node.name)
@@ -118,25 +124,30 @@ def _moe(cx: OpCtx, node) -> OpLayout:
         scoring=op.scoring.value, correction_bias=op.correction_bias,
         renormalize=op.renormalize, routed_scaling=op.routed_scaling,
         activation=op.activation.value, slots=es.slots, dtype=es.dtype, chunk=es.chunk)
-    return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS)
+    return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS, moe.value_bytes(g, cx.ss, node))
 
 
 def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts,
-                  rows_p) -> tuple[tuple[Binding, ...], tuple[OpGeometry, ...]]:
-    """Add every stack's buffers to ``table``; returns (bindings, geometries)."""
+                  rows_p) -> tuple[tuple[Binding, ...], tuple[OpGeometry, ...], int]:
+    """Add every stack's buffers to ``table``; returns (bindings, geometries,
+    the most bytes of values one op of a layer holds with the tensors live
+    around it)."""
     index = {p.label: p.index for p in points}
     last = len(points) - 1
     table.add(sized("residual", Space.VMEM, Kind.ACTIVATION, (rows_p, model.hidden_size),
                     "float32", 0, last, "loop-carried residual stream"))
-    bindings, geometries, most_vectors = [], [], 0
+    bindings, geometries, most_vectors, peak = [], [], 0, 0
     for st, ss in zip(model.stacks, shard.stacks):
         s = ss.stack
         cx = OpCtx(model, ss, request, request.rows, rows_p, kv, experts)
         mine = [p.index for p in points if p.stack == s]
+        live = _live_tensors(st.layer)
         for node in st.layer.nodes:
             at = index[f"s{s}.{node.name}"]
             layout = BUFFERS(node.op.kind, f"layers[{s}].{node.name}")(cx, node)
             first, last_use = (mine[0], mine[-1]) if layout.stack_lifetime else (at, at)
+            tensors = sum(rows_p * ss.width(t) * 4 for t in live[node.name])
+            peak = max(peak, tensors + layout.values)
             if layout.geometry is not None:
                 geometries.append(OpGeometry(s, node.name, layout.library, layout.geometry))
             for need in layout.needs:
@@ -155,4 +166,16 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
         most_vectors = max(most_vectors, len(vectors))
     table.add(sized("vec.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (2, max(most_vectors, 1)),
                     "dma_semaphore", 0, last, "[parity, vector of the running stack]"))
-    return tuple(bindings), tuple(geometries)
+    return tuple(bindings), tuple(geometries), peak
+
+
+def _live_tensors(layer) -> dict[str, set[str]]:
+    """Per node, the layer tensors held as values while it runs: those made
+    before it (or the layer input) and read by it or after it, and its outputs."""
+    last = {}
+    for i, n in enumerate(layer.nodes):
+        for t in n.inputs:
+            last[t] = i
+    made = {layer.input: -1} | {t: i for i, n in enumerate(layer.nodes) for t in n.outputs}
+    return {n.name: {t for t, m in made.items() if m <= i and (last.get(t, m) >= i or m == i)}
+            for i, n in enumerate(layer.nodes)}

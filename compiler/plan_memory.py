@@ -19,10 +19,11 @@ import math
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Operand, Point, Space
-from megakernel.compiler.layout import LANES, itemsize, mib, round_up, sublanes
+from megakernel.compiler.layout import (LANES, VALUES_BASE, VALUES_SPILLED, WEIGHT_CHUNK_BYTES,
+                                        itemsize, mib, round_up, sublanes)
 from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, sized
 from megakernel.compiler.plan_operands import operand_buffers
-from megakernel.compiler.ring_layout import RingLayout, ring_layout
+from megakernel.compiler.ring_layout import WORD, RingLayout, ring_layout
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectiveSpec
 from megakernel.compiler.shard import ShardPlan
@@ -262,25 +263,31 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     for i in range(len(ring.aux)):
         table.add(sized(f"ring.aux{i}", Space.VMEM, Kind.WEIGHT_RING, ring.aux_shape(i),
                         ring.dtype, 0, last, "ring of one unaligned tile shape"))
-    table.add(sized("ring.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (g.num_banks,),
-                    "dma_semaphore", 0, last, "[bank]"))
+    table.add(sized("ring.sems", Space.SEMAPHORE, Kind.SEMAPHORES,
+                    (g.num_banks, ring.max_pieces), "dma_semaphore", 0, last,
+                    "[bank, piece]: each piece of a folded tile waited for on its own"))
     # A DMA along the tiled row axis must start on a tile: each token's row
-    # arrives inside its aligned block of `sublanes` rows.
+    # arrives inside its aligned block of `sublanes` rows (of words, when the
+    # embedding is also the LM head and so streams through the word ring).
+    gather = WORD if shard.tied else dt
     table.add(sized("embed.rows", Space.VMEM, Kind.ACTIVATION,
-                    (rows, sublanes(dt), model.hidden_size), dt, 0, index["embed"],
+                    (rows, sublanes(gather), model.hidden_size), gather, 0, index["embed"],
                     "per token, the aligned block of rows holding its embedding row"))
     table.add(sized("embed.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "dma_semaphore",
                     0, index["embed"], "row gathers"))
     if shard.cores > 1:
         table.add(sized("barrier", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "barrier_semaphore",
                         0, 0, "start handshake before the first remote copy", role="builtin"))
-    bindings, geometries = layer_buffers(table, model, shard, request, points, kv, experts,
-                                         rows_p)
+    bindings, geometries, layer_peak = layer_buffers(table, model, shard, request, points, kv,
+                                                     experts, rows_p)
+    # The head holds the normed hidden state and a few logits blocks as values.
+    head_peak = 4 * rows_p * (model.hidden_size + 3 * stream.head_block)
+    values = VALUES_BASE + WEIGHT_CHUNK_BYTES + int(VALUES_SPILLED * max(layer_peak, head_peak))
     _collective_buffers(table, specs, points)
     plan = MemoryPlan(g, rows, rows_p, points,
                       tuple(tuple(n.name for n in st.layer.nodes) for st in model.stacks),
                       table.buffers(), operands, bindings, geometries, ring, stream, experts,
-                      kv, 0, target.vmem_budget, target.smem_bytes, target.hbm_bytes,
+                      kv, values, target.vmem_budget, target.smem_bytes, target.hbm_bytes,
                       state_streams(model, shard, request))
     if check:
         _check_capacity(plan, target)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from megakernel.compiler.buffers import Kind, Operand, Space
-from megakernel.compiler.layout import LANES
+from megakernel.compiler.layout import LANES, word_rows
 from megakernel.compiler.plan_buffers import BufferTable, sized
+from megakernel.compiler.ring_layout import WORD
 from megakernel.registry import Registry
 
 # One rule per op kind: (op) -> {name suffix: f32 table [1, n]} the kernel reads
@@ -29,9 +30,15 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
     whole = (0, last)
     out: list[Operand] = []
 
-    def add(name, space, kind, shape, dtype, source, sharded, role, stack=None, note=""):
+    def add(name, space, kind, shape, dtype, source, sharded, role, stack=None, note="",
+            words=False):
+        element = None
+        if words:          # streamed through the ring: 32-bit words, rows packed
+            element, dtype = dtype, WORD
+            shape = (*shape[:-2], word_rows(shape[-2], element), shape[-1])
+            note = f"{note}; {element} packed as 32-bit words along rows"
         table.add(sized(name, space, kind, shape, dtype, *whole, note, role="operand"))
-        out.append(Operand(name, source, sharded, role, stack))
+        out.append(Operand(name, source, sharded, role, stack, element))
 
     add("tokens", Space.SMEM, Kind.SCALARS, (request.rows,), "int32", "tokens", False, "step",
         note="token ids of the step's rows")
@@ -39,18 +46,18 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
         "step", note="first position of each sequence's new tokens")
     embed = shard.global_param("embed.weight")
     add("hbm.embed", Space.HBM, Kind.HBM_WEIGHTS, embed.shape, embed.dtype, "embed.weight",
-        True, "gather", note=f"{embed.channel}; {embed.role}")
+        True, "gather", note=f"{embed.channel}; {embed.role}", words=shard.tied)
     add("final_norm", Space.VMEM, Kind.RESIDENT, (1, model.hidden_size), model.dtype.value,
         "final_norm.weight", False, "vector", note="read once, after the last layer")
     if not shard.tied:          # a tied head streams the embedding operand itself
         head = shard.global_param("lm_head.weight")
         add("hbm.lm_head", Space.HBM, Kind.HBM_WEIGHTS, head.shape, head.dtype, head.name,
-            True, "ring", note=f"{head.channel}; {head.role}")
+            True, "ring", note=f"{head.channel}; {head.role}", words=True)
     for ss in shard.stacks:
         for p in ss.params:
             shape = (ss.count, 1, *p.shape) if p.channel == "vector" else (ss.count, *p.shape)
             add(f"hbm.s{ss.stack}.{p.name}", Space.HBM, Kind.HBM_WEIGHTS, shape, p.dtype, p.name,
-                True, p.channel, ss.stack, f"{p.channel}; {p.role}")
+                True, p.channel, ss.stack, f"{p.channel}; {p.role}", words=p.channel == "ring")
     for st, ss in zip(model.stacks, shard.stacks):
         for n in st.layer.nodes:
             tables = CONSTANTS(n.op.kind, f"layers[{ss.stack}].{n.name}")(n.op)

@@ -139,7 +139,7 @@ def _state_lines(plan: Plan, md: bool) -> list[str]:
 
 def _header(plan: Plan) -> str:
     r, t = plan.request, plan.target
-    return (f"Plan {plan.digest()} for {plan.model} on {t.cores} x {t.chip} TensorCores "
+    return (f"Plan {plan.digest()} for {plan.model.name} on {t.cores} x {t.chip} TensorCores "
             f"({t.topology.name}); batch {r.batch}, {r.tokens} token(s)/step, context {r.context}")
 
 

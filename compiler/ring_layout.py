@@ -1,23 +1,30 @@
 """Lay out the weight ring's banks in VMEM: their shape, and each tile's place.
 
+The ring is bytes: its banks are 32-bit words, ``[R, rows, cols]`` int32, and
+every streamed weight is packed in HBM as words along its rows (two bf16 rows
+or four int8 rows per word row; ``pack.to_words``). A tile of any dtype lands
+in its bank as words and is read back through a typed view (``pltpu.bitcast``
+of the loaded words), so tiles of different formats share one ring.
+
 After ``ring_layout``: every streamed tile lands in the top-left corner of its
-bank, either the main banks ``[R, rows, cols]`` or, for a tile whose shape is
-not a whole number of native tiles (a DMA into a corner of a bigger buffer
-must be aligned to (sublanes, 128) along the tiled dims), an auxiliary ring of
-exactly its shape. A main-ring tile wider than the banks is folded into column
-pieces stacked along the bank's rows (``runtime.Stream``), so a bank of
-``bank_bytes`` holds any tile the tiling made for that size, whatever its
-orientation. The ring's declared VMEM is ``nbytes``, which is what the kernel
-allocates; it may exceed ``num_banks * bank_bytes`` by the padding of the
-widest tile's pieces.
+bank, either the main banks or, for a tile whose shape is not a whole number
+of native tiles (a DMA into a corner of a bigger buffer must be aligned to
+(8, 128) words along the tiled dims), an auxiliary ring of exactly its shape.
+A main-ring tile wider than the banks is folded into column pieces stacked
+along the bank's rows (``runtime.Stream``), each its own DMA and semaphore,
+so a bank of ``bank_bytes`` holds any tile the tiling made for that size,
+whatever its orientation. The ring's declared VMEM is ``nbytes``; it may
+exceed ``num_banks * bank_bytes`` by the padding of the widest tile's pieces.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from megakernel.compiler.layout import padded_bytes
-from megakernel.errors import PlanningError
+from megakernel.compiler.layout import padded_bytes, word_rows
+
+WORD = "int32"
 
 
 def aligned(tile) -> bool:
@@ -25,15 +32,18 @@ def aligned(tile) -> bool:
     return (tile.rows, tile.cols) == tile.view
 
 
-def _bank_rows_cols(tiles) -> tuple[int, int]:
-    """[rows, cols] of one main bank: pick the column width that makes the bank
-    smallest once wider tiles are folded (ties: wider, fewer DMAs)."""
-    views = {t.view for t in tiles}          # many tiles share a shape: size each once
+def _aux_shape(tile) -> tuple[int, int]:
+    return (word_rows(tile.rows, tile.dtype), tile.cols)
 
+
+def _bank_rows_cols(shapes) -> tuple[int, int]:
+    """[rows, cols] of one main bank, in words, for tiles of word ``shapes``:
+    pick the column width that makes the bank smallest once wider tiles are
+    folded (ties: wider, fewer DMAs)."""
     def rows_for(width):
-        return max(r * -(-c // width) for r, c in views)
+        return max(rows * -(-cols // width) for rows, cols in shapes)
 
-    widths = sorted({c for _, c in views})
+    widths = sorted({cols for _, cols in shapes})
     best = min(widths, key=lambda w: (rows_for(w) * w, -w))
     return rows_for(best), best
 
@@ -41,10 +51,11 @@ def _bank_rows_cols(tiles) -> tuple[int, int]:
 @dataclass(frozen=True)
 class RingLayout:
     num_banks: int
-    dtype: str
-    bank_rows: int
+    bank_rows: int                       # in 32-bit words
     bank_cols: int
-    aux: tuple[tuple[int, int], ...]     # (rows, cols) of each auxiliary ring
+    aux: tuple[tuple[int, int], ...]     # (word rows, cols) of each auxiliary ring
+    max_pieces: int                      # most pieces of one tile: semaphores per bank
+    dtype: str = WORD
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -55,21 +66,24 @@ class RingLayout:
 
     @property
     def nbytes(self) -> int:
-        return padded_bytes(self.shape, self.dtype) + sum(
-            padded_bytes(self.aux_shape(i), self.dtype) for i in range(len(self.aux)))
+        return padded_bytes(self.shape, WORD) + sum(
+            padded_bytes(self.aux_shape(i), WORD) for i in range(len(self.aux)))
+
+    def pieces(self, tile) -> int:
+        """Column pieces a tile is folded into (each its own DMA and semaphore)."""
+        return 1 if self.bank_of(tile) else -(-tile.words[1] // self.bank_cols)
 
     def bank_of(self, tile) -> int:
         """0: the main banks; i > 0: auxiliary ring i - 1."""
-        return 0 if aligned(tile) else 1 + self.aux.index((tile.rows, tile.cols))
+        return 0 if aligned(tile) else 1 + self.aux.index(_aux_shape(tile))
 
 
 def ring_layout(stream) -> RingLayout:
-    tiles = [t for st in stream.stacks for t in st.tiles] + list(stream.head)
-    dtypes = sorted({t.dtype for t in tiles})
-    if len(dtypes) != 1:
-        raise PlanningError(f"ring tiles of several dtypes {dtypes} need typed views of one "
-                            "byte ring, which this planner does not build yet", path="plan.ring")
+    # One tile of each shape: a layer's tiles repeat shapes, the head's all but one.
+    every = [t for st in stream.stacks for t in st.tiles] + list(stream.head)
+    tiles = list({(t.rows, t.cols, t.dtype): t for t in every}.values())
     main = [t for t in tiles if aligned(t)] or tiles
-    rows, cols = _bank_rows_cols(main)
-    aux = tuple(dict.fromkeys((t.rows, t.cols) for t in tiles if not aligned(t)))
-    return RingLayout(stream.num_banks, dtypes[0], rows, cols, aux)
+    rows, cols = _bank_rows_cols({t.words for t in main})
+    aux = tuple(dict.fromkeys(_aux_shape(t) for t in tiles if not aligned(t)))
+    layout = RingLayout(stream.num_banks, rows, cols, aux, 1)
+    return dataclasses.replace(layout, max_pieces=max(layout.pieces(t) for t in tiles))

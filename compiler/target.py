@@ -100,7 +100,7 @@ class CostConstants:
 
     @classmethod
     def default(cls) -> "CostConstants":
-        return cls(**{name: c.value for name, c in COST_TABLE.items()})
+        return cls(**{name: float(c.value) for name, c in COST_TABLE.items()})
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from megakernel.compiler.layout import LANES, itemsize, padded_bytes, round_up, sublanes
+from megakernel.compiler.layout import (LANES, itemsize, padded_bytes, round_up, sublanes,
+                                        word_rows)
 from megakernel.compiler.shard import ShardPlan
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import body_global_name
@@ -48,6 +49,12 @@ class Tile:
     def view(self) -> tuple[int, int]:
         """Shape of the tile as it sits in its bank (tile-padded)."""
         return (round_up(self.rows, sublanes(self.dtype)), round_up(self.cols, LANES))
+
+    @property
+    def words(self) -> tuple[int, int]:
+        """The bank-resident view in 32-bit words: the ring holds every tile as
+        words, rows packed (megakernel/dtypes.py; ``pltpu.bitcast`` views them)."""
+        return (word_rows(self.view[0], self.dtype), self.view[1])
 
     @property
     def nbytes(self) -> int:

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from megakernel.errors import IRError, error_context
 from megakernel.ir import limits
-from megakernel.ir.ops import Attention, Op, RMSNorm
+from megakernel.ir.ops import Op, RMSNorm
 from megakernel.ir.schema import Bool, Identifier, Int, ModelName, node
 from megakernel.ir.types import DType, ParamSpec, StateSpec, TensorSpec
 
@@ -110,9 +110,6 @@ class Layer:
     def params(self, dtype: DType) -> dict[str, ParamSpec]:
         """Weights of this layer, keyed ``op_name.param``."""
         return {f"{n.name}.{p}": spec for n in self.nodes for p, spec in n.op.params(dtype).items()}
-
-    def attention_nodes(self) -> tuple[OpNode, ...]:
-        return tuple(n for n in self.nodes if isinstance(n.op, Attention))
 
 
 MAX_PERIOD = 8   # longest repeating body of layers a stack is looked for with

@@ -144,7 +144,7 @@ def model_from_dict(data: dict[str, Any]) -> Model:
         layers.append(defs[ref])
     with error_context("final_norm"):
         final_norm = op_from_dict(data["final_norm"])
-    if not isinstance(final_norm, RMSNorm):
+    if final_norm.kind != RMSNorm.kind:
         raise IRError(f"kind={final_norm.kind!r}, expected 'rmsnorm'", path="final_norm")
     dtype = DType.parse(data["dtype"], path="dtype")
     sizes.check_fits(sizes.of_layers(data["name"], data["vocab_size"], data["hidden_size"],

@@ -82,7 +82,7 @@ def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["La
     for layer in layers:
         if layer not in per_layer:
             params = sum(s.nbytes for s in layer.params(dtype).values())
-            cache = sum(spec.nbytes for n in layer.nodes
+            cache = sum(spec.nbytes for n in layer.nodes       # one sequence's state
                         for spec in n.op.state(1, max_seq_len, dtype).values())
             per_layer[layer] = (params, cache)
     params = sum(per_layer[layer][0] for layer in layers)

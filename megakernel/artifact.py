@@ -6,8 +6,8 @@ request.json, then manifest.json: the format tag, the megakernel version, and
 the sha256 of every file it wrote. ``previous_files`` recognises such a folder
 so ``compile`` may replace it (see ``outdir``). ``open_compiled`` checks the
 manifest, the version and the digests of the files that run or re-derive the
-plan (``VERIFIED``; plan.md is a report for people), re-derives (model, plan)
-from model.json and request.json, and requires the plan to equal plan.json. A
+plan (``VERIFIED``; plan.md is a report for people), reads (model, plan) back
+from plan.json (``Plan.from_json``; model.json and request.json must agree). A
 changed file is refused by name unless the caller trusts edits on purpose
 (``--trust-edited``), and then it is exactly the edited file that runs.
 """
@@ -194,8 +194,9 @@ class Compiled:
 
 
 def open_compiled(folder, *, trust_edited: bool = False) -> Compiled:
-    """Verify ``folder`` (see the module docstring) and re-derive its (model, plan)."""
-    from megakernel.compiler.pipeline import plan_model
+    """Verify ``folder`` (see the module docstring) and read its (model, plan)
+    back from plan.json: the plan the kernel was generated from, not a new one."""
+    from megakernel.compiler.plan import Plan
     from megakernel.ir.serialize import model_from_json
 
     d = Path(folder)
@@ -228,13 +229,17 @@ def open_compiled(folder, *, trust_edited: bool = False) -> Compiled:
                             path=str(d), hint=_FIX.format(d=d)) from None
     saved = _json(d, "plan.json", data["plan.json"])
     try:
-        plan = plan_model(model, **request)
+        plan = Plan.from_dict(saved)
     except MegakernelError as err:
-        raise ArtifactError(f"model.json and request.json no longer plan: {err}", path=str(d),
+        raise ArtifactError(f"plan.json does not hold a plan: {err}", path=str(d),
                             hint=_FIX.format(d=d)) from err
-    if plan.to_dict() != saved:
-        raise ArtifactError("plan.json no longer matches what the planner produces for "
-                            "model.json and request.json", path=str(d), hint=_FIX.format(d=d))
+    r = plan.request
+    agrees = (plan.model == model and
+              (r.devices, r.batch, r.tokens, r.context, plan.target.chip) == tuple(
+                  request[k] for k in ("devices", "batch", "tokens", "context", "target")))
+    if not agrees:
+        raise ArtifactError("model.json or request.json disagrees with plan.json", path=str(d),
+                            hint=_FIX.format(d=d))
     return Compiled(d, model, plan, edited)
 
 

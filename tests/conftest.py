@@ -14,3 +14,16 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("default")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_interpreter():
+    """A failed interpret-mode kernel leaves simulator state behind: reset it
+    after every test (the one definition; tests/*/ files do not repeat it)."""
+    yield
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.reset_tpu_interpret_mode_state()

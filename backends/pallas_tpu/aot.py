@@ -20,6 +20,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from megakernel import dtypes
 from megakernel.errors import EmitError
 
 # Compiling from shapes needs no TPU: let several processes (parallel tests,
@@ -55,8 +56,6 @@ class AotResult:
         return text
 
 
-_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "f32": 4, "s32": 4,
-             "u32": 4, "f64": 8, "s64": 8}
 
 
 def copy_nbytes(copy: str) -> int:
@@ -65,7 +64,9 @@ def copy_nbytes(copy: str) -> int:
     if not m:
         return 0
     dims = [int(d) for d in m.group(2).split(",") if d]
-    return _ITEMSIZE.get(m.group(1), 4) * int(np.prod(dims, dtype=np.int64))
+    d = dtypes.HLO.get(m.group(1))
+    bits = d.bits if d is not None else 32
+    return bits * int(np.prod(dims, dtype=np.int64)) // 8
 
 
 def topology_mesh(topology: str, cores: int):

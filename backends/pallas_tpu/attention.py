@@ -46,12 +46,14 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.compiler.buffers import Need, Space
+from megakernel.compiler.plan_json import GEOMETRIES
 from megakernel.errors import PlanningError
 
 NEG = -1e30          # finite "minus infinity": keeps exp() and max() NaN-free
 HI = jax.lax.Precision.HIGHEST
 
 
+@GEOMETRIES.register("attention")
 @dataclass(frozen=True)
 class AttentionGeometry:
     batch: int
@@ -104,6 +106,26 @@ def window_rows(g: AttentionGeometry) -> int:
     if g.max_seq_len % a or w >= g.max_seq_len:
         return g.max_seq_len
     return w
+
+
+SCORE_BYTES = 64 * 1024    # one [group rows, keys] f32 score block, at most
+
+
+def score_cols(g: AttentionGeometry) -> int:
+    """Keys scored at once: the widest block of the tile (a multiple of 128
+    dividing it) whose [G * rows, keys] f32 scores fit ``SCORE_BYTES``."""
+    gr = g.group * g.rows_padded
+    fits = [c for c in range(128, g.kv_tile + 1, 128)
+            if g.kv_tile % c == 0 and gr * c * 4 <= SCORE_BYTES]
+    return max(fits) if fits else min(g.kv_tile, 128)
+
+
+def value_bytes(g: AttentionGeometry) -> int:
+    """Bytes of values ``attend`` holds at its peak (one score block: the K and
+    V head slices in f32, ~6 [G*rows, keys] arrays of scores and masks, q/out):
+    Mosaic keeps them in VMEM beside the declared buffers."""
+    gr, sub = g.group * g.rows_padded, score_cols(g)
+    return 4 * (2 * sub * g.head_dim + 6 * gr * sub + 2 * gr * g.head_dim)
 
 
 def buffers(g: AttentionGeometry) -> tuple[Need, ...]:
@@ -174,10 +196,7 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *,
         parts = [q[:, (h * G + j) * D:(h * G + j + 1) * D] for j in range(G)]
         q_s[h] = (jnp.concatenate(parts, axis=0) if G > 1 else parts[0]) * g.scale
     o_s[...] = jnp.zeros(o_s.shape, jnp.float32)
-    n_tile = _row_of((GR, St), RP, G)
     n_out = _row_of((GR, D), RP, G)
-    col = jax.lax.broadcasted_iota(jnp.int32, (GR, St), 1)
-    vrow = jax.lax.broadcasted_iota(jnp.int32, (St, D), 0)
 
     def tile_copies(b, i, slot):
         s0 = pl.multiple_of(i * St, St)
@@ -198,8 +217,6 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *,
         m_s[...] = jnp.full(m_s.shape, NEG, jnp.float32)
         l_s[...] = jnp.zeros(l_s.shape, jnp.float32)
         acc_s[...] = jnp.zeros(acc_s.shape, jnp.float32)
-        mine = (n_tile >= b * T) & (n_tile < b * T + T)      # rows of sequence b
-        q_pos = pos + n_tile - b * T
 
         def tile_body(i, c2):
             slot = i % 2
@@ -211,28 +228,37 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *,
 
             for c in tile_copies(b, i, slot):
                 c.wait()
-            k_pos = i * St + col
-            mask = mine & (k_pos <= q_pos)
-            if g.window is not None:
-                mask = mask & (k_pos > q_pos - g.window)
-            v_ok = (i * St + vrow) < n_valid   # rows past the cache end may hold anything
-            k_all = kbuf[slot].astype(jnp.float32)
-            v_all = vbuf[slot].astype(jnp.float32)
-            for h in range(g.kv_heads):
-                kh = k_all[:, h * D:(h + 1) * D]
-                vh = jnp.where(v_ok, v_all[:, h * D:(h + 1) * D], 0.0)
-                s = jax.lax.dot_general(q_s[h], kh, (((1,), (1,)), ((), ())), precision=HI,
-                                        preferred_element_type=jnp.float32)
-                s = jnp.where(mask, s, NEG)
-                m_old = m_s[h]
-                m_new = jnp.maximum(m_old, jnp.max(s, axis=-1, keepdims=True))
-                alpha = jnp.exp(m_old - m_new)
-                # explicit zero: a row with no visible key in this tile adds nothing
-                p = jnp.where(mask, jnp.exp(s - m_new), 0.0)
-                l_s[h] = alpha * l_s[h] + jnp.sum(p, axis=-1, keepdims=True)
-                acc_s[h] = alpha * acc_s[h] + jnp.dot(p, vh, precision=HI,
-                                                      preferred_element_type=jnp.float32)
-                m_s[h] = m_new
+            # The tile is scored in column blocks of `sub` keys, each made and
+            # used in turn, with its masks built here rather than hoisted out of
+            # the loops: Mosaic holds every live value in VMEM beside the
+            # declared buffers, so this bounds them (``value_bytes``).
+            sub = score_cols(g)
+            for j0 in range(0, St, sub):
+                n_tile = _row_of((GR, sub), RP, G)
+                mine = (n_tile >= b * T) & (n_tile < b * T + T)      # rows of sequence b
+                q_pos = pos + n_tile - b * T
+                k_pos = i * St + j0 + jax.lax.broadcasted_iota(jnp.int32, (GR, sub), 1)
+                mask = mine & (k_pos <= q_pos)
+                if g.window is not None:
+                    mask = mask & (k_pos > q_pos - g.window)
+                # rows past the cache end may hold anything
+                v_ok = (i * St + j0 + jax.lax.broadcasted_iota(jnp.int32, (sub, 1), 0)) < n_valid
+                for h in range(g.kv_heads):
+                    kh = kbuf[slot, pl.ds(j0, sub), pl.ds(h * D, D)].astype(jnp.float32)
+                    vh = jnp.where(v_ok, vbuf[slot, pl.ds(j0, sub), pl.ds(h * D, D)]
+                                   .astype(jnp.float32), 0.0)
+                    s = jax.lax.dot_general(q_s[h], kh, (((1,), (1,)), ((), ())),
+                                            precision=HI, preferred_element_type=jnp.float32)
+                    s = jnp.where(mask, s, NEG)
+                    m_old = m_s[h]
+                    m_new = jnp.maximum(m_old, jnp.max(s, axis=-1, keepdims=True))
+                    alpha = jnp.exp(m_old - m_new)
+                    # explicit zero: a row with no visible key in this block adds nothing
+                    p = jnp.where(mask, jnp.exp(s - m_new), 0.0)
+                    l_s[h] = alpha * l_s[h] + jnp.sum(p, axis=-1, keepdims=True)
+                    acc_s[h] = alpha * acc_s[h] + jnp.dot(p, vh, precision=HI,
+                                                          preferred_element_type=jnp.float32)
+                    m_s[h] = m_new
             return c2
 
         jax.lax.fori_loop(lo, hi, tile_body, 0)

@@ -14,11 +14,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from megakernel import dtypes
 from megakernel.compiler.buffers import Space
 from megakernel.errors import EmitError
 
-JNP = {"float32": "jnp.float32", "bfloat16": "jnp.bfloat16", "int32": "jnp.int32",
-       "int8": "jnp.int8", "float8_e4m3fn": "jnp.float8_e4m3fn"}
 SEMAPHORES = {"dma_semaphore": "pltpu.SemaphoreType.DMA",
               "semaphore": "pltpu.SemaphoreType.REGULAR"}
 LIBRARY_ALIASES = {"attention": "attn_lib", "moe": "moe_lib"}
@@ -50,11 +49,10 @@ def comment(text: str) -> str:
 
 
 def dtype_expr(dtype: str) -> str:
-    try:
-        return JNP[dtype]
-    except KeyError:
-        raise EmitError(f"dtype {dtype!r} has no kernel spelling; known: {sorted(JNP)}",
-                        path="emit.dtype") from None
+    d = dtypes.of(dtype)
+    if d.bits == 0:
+        raise EmitError(f"{dtype!r} is not an array dtype", path="emit.dtype")
+    return d.kernel
 
 
 def scratch_shape(space: Space, shape: tuple[int, ...], dtype: str) -> str:
@@ -104,7 +102,8 @@ def geometry_lines(plan) -> list[str]:
 
 
 def _tile_entry(ring, ref: int, t) -> dict:
-    return {"args": f"{ref}, {t.row0}, {t.rows}, {t.col0}, {t.cols}, bank={ring.bank_of(t)}",
+    return {"args": f"{ref}, {t.row0}, {t.rows}, {t.col0}, {t.cols}, bank={ring.bank_of(t)}, "
+                    f"dtype={literal(t.dtype)}",
             "note": comment(f"{t.param}[{t.row0}:{t.row0 + t.rows}, {t.col0}:{t.col0 + t.cols}]")}
 
 

@@ -9,7 +9,7 @@ them (``Buffer.ident``); numbers come from the plan through ``literal``.
 
 from __future__ import annotations
 
-from megakernel.backends.pallas_tpu.declare import literal
+from megakernel.backends.pallas_tpu.declare import dtype_expr, literal
 
 
 def allreduce_algorithm(plan) -> str | None:
@@ -48,7 +48,7 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
         lines.append("rt.barrier(me, NUM_CORES)   # peers are in the kernel before remote writes")
     lines += ["# node: embed",
               "x = rt.gather_embedding(tokens, embed, embed_rows, embed_sems, me, VOCAB_STRIDE, "
-              "ROWS, ROWS_PADDED)"]
+              f"ROWS, ROWS_PADDED, {dtype_expr(model.dtype.value)})"]
     site = next((s for s in plan.collectives.sites if s.name == "embed.allreduce"), None)
     if site is not None:
         lines.append(allreduce_call(plan, "x", literal(site.parity()), site.name))

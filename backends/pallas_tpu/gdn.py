@@ -45,12 +45,14 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.compiler.buffers import Need, Space
+from megakernel.compiler.plan_json import GEOMETRIES
 from megakernel.errors import PlanningError
 
 L2_EPS = 1e-6      # ir/kind_gdn.py L2_EPS (the library imports nothing from the IR)
 STATES = ("hist_q", "hist_k", "hist_v", "recurrent")
 
 
+@GEOMETRIES.register("gdn")
 @dataclass(frozen=True)
 class GDNGeometry:
     batch: int
@@ -102,6 +104,17 @@ def buffers(g: GDNGeometry) -> tuple[Need, ...]:
         Need("sems", Space.SEMAPHORE, (2, 2, len(STATES)), "dma_semaphore",
              "[read|write, parity, state]"),
     )
+
+
+def value_bytes(g: GDNGeometry) -> int:
+    """Bytes of values ``step`` holds at its peak beside its inputs: the conv
+    outputs and the output ([RP, width] f32 each), the transposed q/k
+    ([width, RP], a lane tile wide), the per-head outputs, the gates, and S
+    with two temporaries of its size. Mosaic keeps them in VMEM."""
+    kw, _, vw = g.widths
+    rp = g.rows_padded
+    return 4 * (rp * (2 * kw + 2 * vw + g.value_heads * g.value_dim + 2 * 128)
+                + 2 * kw * 128 + 3 * g.key_dim * g.value_dim)
 
 
 def vector_ops(g: GDNGeometry) -> int:
@@ -222,7 +235,8 @@ def _recurrence(g, qt, kt, v, beta, decay, state, p, b, outs):
 def step(g, xs, z, b_in, a_in, taps, a_log, dt_bias, norm, hbm, k, *, sync, hist_q, hist_k,
          hist_v, recurrent, sems):
     """One GDN node for repetition k: xs = (q, k, v) raw projections [RP, width]
-    f32, z [RP, HV*dv], b/a [RP, HV]; taps = three [1, Kc, C] vectors; a_log,
+    f32, z [RP, HV*dv], b/a [RP, >= HV] (zero-padded to 128 lanes: the first HV
+    are the heads'); taps = three [1, Kc, C] vectors; a_log,
     dt_bias [1, HV] f32; norm [1, dv]. Returns y [RP, HV*dv] f32 (0 in padding rows)."""
     bufs = (hist_q, hist_k, hist_v, recurrent)
     p = k % 2
@@ -237,8 +251,8 @@ def step(g, xs, z, b_in, a_in, taps, a_log, dt_bias, norm, hbm, k, *, sync, hist
         0, g.batch, lambda b, outs: _conv(g, xs, taps, bufs[:3], p, b, outs), zero)
     qt = jnp.transpose(_l2norm_heads(cq, g.key_heads, g.key_dim, g.key_dim ** -0.5))
     kt = jnp.transpose(_l2norm_heads(ck, g.key_heads, g.key_dim, 1.0))
-    beta = jax.nn.sigmoid(b_in)
-    decay = jnp.exp(-jnp.exp(a_log) * _softplus(a_in + dt_bias))
+    beta = jax.nn.sigmoid(b_in[:, :g.value_heads])
+    decay = jnp.exp(-jnp.exp(a_log) * _softplus(a_in[:, :g.value_heads] + dt_bias))
     heads = tuple(jnp.zeros((g.rows_padded, g.value_dim), jnp.float32)
                   for _ in range(g.value_heads))
     outs = jax.lax.fori_loop(0, g.batch, lambda b, o: _recurrence(

@@ -47,11 +47,13 @@ from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.activations import apply as activation
 from megakernel.compiler.buffers import Need, Space
+from megakernel.compiler.plan_json import GEOMETRIES
 from megakernel.errors import PlanningError
 
 HI = jax.lax.Precision.HIGHEST
 
 
+@GEOMETRIES.register("moe")
 @dataclass(frozen=True)
 class MoEGeometry:
     rows: int
@@ -89,6 +91,16 @@ class MoEGeometry:
     @property
     def chunks(self) -> int:
         return self.inter_local // self.chunk
+
+
+def value_bytes(g: MoEGeometry, ss, node) -> int:
+    """Bytes of values ``moe_routed`` and the shared expert hold at their peak:
+    router logits, scores, picks and weights ([rows, E] f32 each), one slot's
+    gate/up/product ([rows, chunk] f32), the accumulator, and the shared
+    expert's gate/up/product ([rows, shared width] f32)."""
+    rp = g.rows_padded
+    shared = node.op.num_shared_experts and ss.param(f"{node.name}.shared_up").shape[1]
+    return 4 * rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0))
 
 
 def buffers(g: MoEGeometry) -> tuple[Need, ...]:

@@ -29,6 +29,7 @@ class Operand:
     sharded: bool
     stack: int | None = None
     role: str = "weight"   # weight | vector | ring | experts | cache | step
+    element: str | None = None   # dtype carried as 32-bit words (the weight ring)
 
 
 def ident(text: str) -> str:
@@ -42,8 +43,30 @@ def operands(model: Model, plan) -> list[Operand]:
     for o in mem.operands:
         b = mem.buffer(o.buffer)
         out.append(Operand(b.ident, o.source, b.shape, b.dtype, b.space.value, o.sharded,
-                           o.stack, o.role))
+                           o.stack, o.role, o.element))
     return out
+
+
+def to_words(array: np.ndarray) -> np.ndarray:
+    """[..., K, N] -> int32 [..., K / p, N]: p = 32 / bits consecutive rows per
+    word, the first in the low bits (numpy's view order, which is
+    ``pltpu.bitcast``'s along the second-minor axis)."""
+    a = np.ascontiguousarray(array)
+    per = 4 // a.dtype.itemsize
+    if per == 1:
+        return a.view(np.int32)
+    *lead, k, n = a.shape
+    packed = a.reshape(*lead, k // per, per, n).swapaxes(-1, -2)
+    return np.ascontiguousarray(packed).view(np.int32).reshape(*lead, k // per, n)
+
+
+def from_words(words: np.ndarray, dtype) -> np.ndarray:
+    """Inverse of ``to_words``."""
+    w = np.ascontiguousarray(words, np.int32)
+    *lead, kw, n = w.shape
+    typed = w.view(dtype).reshape(*lead, kw, n, -1)
+    per = typed.shape[-1]
+    return np.ascontiguousarray(typed.swapaxes(-1, -2)).reshape(*lead, kw * per, n)
 
 
 def _global(per_core: list[np.ndarray]) -> np.ndarray:
@@ -64,11 +87,12 @@ def pack_weights(model: Model, plan, weights: dict[str, np.ndarray]) -> dict[str
             node = model.stacks[op.stack].layer.node(name).op
             out[op.name] = CONSTANTS(node.kind, name)(node)[suffix]
             continue
+        words = to_words if op.element else (lambda a: a)
         if op.stack is None:
-            arrays = [per_core[c][op.source].reshape(op.shape) for c in range(n)]
+            arrays = [words(per_core[c][op.source]).reshape(op.shape) for c in range(n)]
         else:
             ss = plan.shard.stacks[op.stack]
-            arrays = [np.stack([per_core[c][ss.global_name(k, op.source)]
+            arrays = [np.stack([words(per_core[c][ss.global_name(k, op.source)])
                                 for k in range(ss.count)]).reshape(op.shape)
                       for c in range(n)]
         out[op.name] = arrays[0] if not op.sharded else _global(arrays)

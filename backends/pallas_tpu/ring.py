@@ -1,7 +1,10 @@
 """The weight ring and the per-layer vector double buffers of the megakernel.
 
 The weight ring (``Stream``): every streamed tile has a flat index t in one
-step; it lives in bank ``t % R``. The prologue starts tiles 0..R-1; after tile
+step; it lives in bank ``t % R``. Banks hold 32-bit words and every streamed
+weight is packed in HBM as words along its rows (compiler/ring_layout.py), so
+a tile's DMA moves words and its consumer reads it through ``Words``, a view
+in the tile's own dtype (``pltpu.bitcast`` of the loaded words). The prologue starts tiles 0..R-1; after tile
 t is consumed, tile t+R is started into the bank just freed, which may belong
 to a later op, the next layer, the next stack or the LM head.
 
@@ -20,6 +23,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from megakernel import dtypes
+from megakernel.errors import EmitError
+
 
 @dataclass(frozen=True)
 class Tile:
@@ -31,6 +37,43 @@ class Tile:
     c0: int
     cols: int
     bank: int = 0     # 0: the main ring; i > 0: auxiliary ring i-1 (unaligned shape)
+    dtype: str = "float32"   # the elements the words carry
+
+    @property
+    def per(self) -> int:
+        """Element rows per word row."""
+        return 32 // dtypes.of(self.dtype).bits
+
+    @property
+    def r0_w(self) -> int:
+        return self.r0 // self.per
+
+    @property
+    def rows_w(self) -> int:
+        return self.rows // self.per
+
+
+class Words:
+    """A region of 32-bit words viewed as ``dtype`` (element rows packed per
+    word row): ``load`` bitcasts the loaded words, ``shape`` is in elements."""
+
+    def __init__(self, ref, dtype):
+        self.ref, self.dtype = ref, jnp.dtype(dtype)
+        self.per = 32 // dtypes.of(self.dtype.name).bits
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.ref.shape[0] * self.per, self.ref.shape[1])
+
+    def load(self, r: int, n: int):
+        """Element rows [r, r + n) (multiples of ``per``) as a value."""
+        words = self.ref[pl.ds(r // self.per, n // self.per), :]
+        return pltpu.bitcast(words, self.dtype)
+
+    def __getitem__(self, index):
+        if index is not Ellipsis:
+            raise TypeError("a ring tile view loads whole rows: use load(r, n) or [...]")
+        return self.load(0, self.shape[0])
 
 
 @dataclass(frozen=True)
@@ -69,7 +112,7 @@ class Stream:
     def _dsts(self, tile, slot):
         if tile.bank:
             return [self.aux[tile.bank - 1].at[slot]]
-        return [self.banks.at[slot, pl.ds(i * tile.rows, tile.rows), pl.ds(0, w)]
+        return [self.banks.at[slot, pl.ds(i * tile.rows_w, tile.rows_w), pl.ds(0, w)]
                 for i, (_, w) in enumerate(self._pieces(tile))]
 
     def _copy(self, s, layer, j, flat):
@@ -78,10 +121,10 @@ class Stream:
         if seg.layered:
             src = src.at[layer]
         slot = flat % self.R
-        srcs = [src.at[pl.ds(tile.r0, tile.rows), pl.ds(tile.c0 + c, w)]
+        srcs = [src.at[pl.ds(tile.r0_w, tile.rows_w), pl.ds(tile.c0 + c, w)]
                 for c, w in self._pieces(tile)]
-        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot])
-                        for a, b in zip(srcs, self._dsts(tile, slot))])
+        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot, i])
+                        for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))])
 
     def _static(self, flat):
         """(segment, layer, tile) of a static flat index."""
@@ -119,15 +162,20 @@ class Stream:
         return seg.offset + k * len(seg.tiles) + j
 
     def consume(self, s, k, j, fn):
-        """Wait for tile j of layer k of segment s, return ``fn(pieces)``
-        with pieces = [(col offset in the tile, bank ref view)], then start
-        the tile R places ahead into the same bank. ``fn`` reads the bank
-        through refs (bounded loads, no whole-tile value to spill)."""
+        """Tile j of layer k of segment s: return ``fn(pieces)`` with pieces
+        yielding (col offset in the tile, bank ref view), then start the tile R
+        places ahead into the same bank. ``fn`` reads the bank through refs
+        (bounded loads), and each piece is waited for (its own semaphore) just
+        before ``fn`` reaches it: no load of a later piece can be hoisted
+        above its wait and held, spilled, while earlier pieces compute."""
         tile = self.segments[s].tiles[j]
         flat = self.flat(s, k, j)
-        self._copy(s, k, j, flat).wait()
+        copies = self._copy(s, k, j, flat)
         dsts = self._dsts(tile, flat % self.R)
-        out = fn([(c, d) for (c, _), d in zip(self._pieces(tile), dsts)])
+        pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
+        out = fn(pieces)
+        for _ in pieces:         # every DMA is waited for, whatever fn read
+            pass
         self._refill(s, k, j)
         return out
 
@@ -139,22 +187,26 @@ class Stream:
         Starts tile j+R, which the caller guarantees lies in the same run.
         Looping over such a run emits its DMA and matmul code once instead of
         once per tile (the LM head is most of a model's tiles)."""
-        assert not self.segments[s].layered
+        if self.segments[s].layered:
+            raise EmitError(f"a run of tiles is only rolled in the unlayered head, not in "
+                            f"segment {s}", path="ring.consume_run")
         flat = self.segments[s].offset + j
-        self._run_copy(s, tile, step, j, flat).wait()
+        copies = self._run_copy(s, tile, step, j, flat)
         dsts = self._dsts(tile, flat % self.R)
-        out = fn([(c, d) for (c, _), d in zip(self._pieces(tile), dsts)],
-                 *_run_offsets(tile, step, j))
+        pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
+        out = fn(pieces, *_run_offsets(tile.r0, tile.c0, step, j))
+        for _ in pieces:
+            pass
         self._run_copy(s, tile, step, j + self.R, flat + self.R).start()
         return out
 
     def _run_copy(self, s, tile, step, j, flat):
         src = self.refs[s][tile.ref]
-        r0, c0 = _run_offsets(tile, step, j)
+        r0, c0 = _run_offsets(tile.r0_w, tile.c0, (step[0] // tile.per, step[1]), j)
         slot = flat % self.R
-        srcs = [src.at[pl.ds(r0, tile.rows), pl.ds(c0 + c, w)] for c, w in self._pieces(tile)]
-        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot])
-                        for a, b in zip(srcs, self._dsts(tile, slot))])
+        srcs = [src.at[pl.ds(r0, tile.rows_w), pl.ds(c0 + c, w)] for c, w in self._pieces(tile)]
+        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot, i])
+                        for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))])
 
     def _refill(self, s, k, j):
         if self.sync:
@@ -185,6 +237,14 @@ class Stream:
                 self._start_static(seg.end + e)
 
 
+def _arriving(copies, pieces, dsts, dtype):
+    """(col offset, typed view of its bank words) of each piece, after waiting
+    for its DMA."""
+    for copy, (c, _), d in zip(copies.copies, pieces, dsts):
+        copy.wait()
+        yield c, Words(d, dtype)
+
+
 def tile_pieces(tile, width):
     """(col offset, width) pieces of ``tile`` in a main ring of ``width``-column
     banks (an auxiliary-ring tile is one piece)."""
@@ -193,12 +253,12 @@ def tile_pieces(tile, width):
     return [(c, min(width, tile.cols - c)) for c in range(0, tile.cols, width)]
 
 
-def _run_offsets(tile, step, j):
-    """(r0, c0) of ``tile`` moved by a traced j * step, alignment stated for Mosaic."""
+def _run_offsets(r0, c0, step, j):
+    """(r0, c0) moved by a traced j * step, alignment stated for Mosaic."""
     def moved(base, d):
         return base if d == 0 else pl.multiple_of(base + j * d, math.gcd(base, d))
 
-    return moved(tile.r0, step[0]), moved(tile.c0, step[1])
+    return moved(r0, step[0]), moved(c0, step[1])
 
 
 class _Copies:

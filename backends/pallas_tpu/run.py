@@ -23,8 +23,16 @@ from megakernel.errors import CheckError
 from megakernel.models import reference
 
 # Logits pass when max|kernel - reference| <= TOL * (1 + max|reference logits|),
-# per weight dtype (``CheckResult.tolerance`` holds the absolute bound).
-TOL = {"float32": 2e-4, "bfloat16": 3e-2}
+# per weight dtype (``CheckResult.tolerance`` holds the absolute bound); state
+# (KV caches, recurrent state) when max|kernel - reference| <= CACHE_TOL *
+# (1 + max|reference state|). Measured over property draws (dense and MoE
+# cards from megakernel.testing.model_configs, 1-2 layers, 1-2 cores, batch
+# 1-4, 1-3 tokens, 2 steps; /tmp-run of 2026-12-03): bf16, 40 draws, largest
+# logit error 1.7e-3 of the scale and largest state error 0.0156 = one bf16
+# ulp at |x| in [2, 4) (a rounding flip of a value both sides compute in f32);
+# f32, 25 draws, 5.3e-7 and 2.6e-6. The bounds are about 3x those.
+TOL = {"float32": 2e-6, "bfloat16": 5e-3}
+CACHE_TOL = {"float32": 4e-6, "bfloat16": 2 ** -7}
 
 
 @dataclass
@@ -37,11 +45,13 @@ class CheckResult:
     races: bool = False
     tolerance: float = 0.0
     errors: list[float] = field(default_factory=list)
+    cache_tolerance: float = 0.0
 
     @property
     def ok(self) -> bool:
         return (self.token_agreement == 1.0 and not self.races
-                and self.max_abs_err <= self.tolerance)
+                and self.max_abs_err <= self.tolerance
+                and self.cache_max_err <= self.cache_tolerance)
 
 
 def interpret_params(**kw):
@@ -142,7 +152,7 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
     runner.set_caches({k: np.asarray(val) for k, val in caches.items()})
     tokens = np.asarray(rng.integers(0, model.vocab_size, (b, t)), np.int32)
     start = prompt + np.arange(b, dtype=np.int32)
-    errs, agree, cache_err, scale = [], [], 0.0, 0.0
+    errs, agree, cache_err, scale, cache_scale = [], [], 0.0, 0.0, 0.0
     for _ in range(steps):
         ref_logits, caches = reference.decode_step_jit(model, w, jnp.asarray(tokens),
                                                        jnp.asarray(start), caches)
@@ -156,10 +166,12 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
         scale = max(scale, float(np.max(np.abs(ref_logits))))
         errs.append(float(np.max(np.abs(got - ref_logits))))
         kc = runner.caches()
-        cache_err = max(cache_err, max(float(np.max(np.abs(
-            kc[name].astype(np.float32) - np.asarray(ref).astype(np.float32))))
-            for name, ref in caches.items()))
+        for name, ref in caches.items():
+            ref = np.asarray(ref).astype(np.float32)
+            cache_err = max(cache_err, float(np.max(np.abs(kc[name].astype(np.float32) - ref))))
+            cache_scale = max(cache_scale, float(np.max(np.abs(ref))))
         tokens, start = ref_tok.astype(np.int32), start + t
-    tol = TOL[model.dtype.value] * (1.0 + scale)
+    dt = model.dtype.value
     return CheckResult(max(errs), float(np.mean(agree)), cache_err, steps,
-                       time.perf_counter() - t0, False, tol, errs)
+                       time.perf_counter() - t0, False, TOL[dt] * (1.0 + scale), errs,
+                       CACHE_TOL[dt] * (1.0 + cache_scale))

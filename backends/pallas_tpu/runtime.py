@@ -14,7 +14,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel import activations
+from megakernel import activations, dtypes
+from megakernel.errors import EmitError
+from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
     all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
 from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, tile_pieces  # noqa: F401
@@ -22,7 +24,10 @@ from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, 
 NEG_INF = float("-inf")
 
 
-ROW_CHUNK = 512   # weight rows loaded per MXU pass: bounds the live weight value
+# Weight bytes loaded per MXU pass: Mosaic holds a loaded weight chunk as one
+# value, in VMEM beside the declared buffers, so this bounds what it needs
+# there (MemoryPlan.values_bytes); smaller chunks mean more unrolled dots.
+CHUNK_BYTES = WEIGHT_CHUNK_BYTES
 
 
 def matmul(x, w):
@@ -30,13 +35,21 @@ def matmul(x, w):
     return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
 
 
-def matmul_ref(x, w_ref):
-    """x @ w_ref[...] reading the weight ref in row chunks."""
-    rows = w_ref.shape[0]
+def chunk_rows(rows, cols, itemsize, chunk_bytes=None):
+    """Rows of a [rows, cols] weight per MXU pass: at most ``chunk_bytes``, a
+    multiple of 16 rows (one packed bf16 tile, two f32 ones)."""
+    per = (chunk_bytes or CHUNK_BYTES) // max(cols * itemsize, 1) // 16 * 16
+    return min(rows, max(per, 16))
+
+
+def matmul_ref(x, w):
+    """x @ w reading the ring view ``w`` (``ring.Words``) in row chunks."""
+    rows, cols = w.shape
+    step = chunk_rows(rows, cols, w.dtype.itemsize)
     acc = None
-    for r in range(0, rows, ROW_CHUNK):
-        n = min(ROW_CHUNK, rows - r)
-        part = matmul(x[:, r:r + n], w_ref[pl.ds(r, n), :])
+    for r in range(0, rows, step):
+        n = min(step, rows - r)
+        part = matmul(x[:, r:r + n], w.load(r, n))
         acc = part if acc is None else acc + part
     return acc
 
@@ -47,11 +60,11 @@ def matmul_t(x, w):
                                preferred_element_type=jnp.float32)
 
 
-def matmul_t_ref(x, w_ref):
-    """x @ w_ref[...].T reading the weight ref in row chunks (output columns)."""
-    rows = w_ref.shape[0]
-    parts = [matmul_t(x, w_ref[pl.ds(r, min(ROW_CHUNK, rows - r)), :])
-             for r in range(0, rows, ROW_CHUNK)]
+def matmul_t_ref(x, w):
+    """x @ w.T reading the ring view ``w`` in row chunks (output columns)."""
+    rows, cols = w.shape
+    step = chunk_rows(rows, cols, w.dtype.itemsize)
+    parts = [matmul_t(x, w.load(r, min(step, rows - r))) for r in range(0, rows, step)]
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
 
@@ -68,7 +81,9 @@ def ring_linear(stream, s, k, x, tiles, out_cols, first):
             blocks[key] = part if key not in blocks else blocks[key] + part
     cols = sorted(blocks)
     out = [blocks[c] for c in cols]
-    assert sum(c[1] for c in cols) == out_cols
+    if sum(c[1] for c in cols) != out_cols:
+        raise EmitError(f"tiles {tiles} cover {sum(c[1] for c in cols)} output columns, the "
+                        f"plan says {out_cols}", path=f"ring.segment{s}")
     return out[0] if len(out) == 1 else jnp.concatenate(out, axis=-1)
 
 
@@ -135,12 +150,16 @@ def block_argmax(logits, valid):
     return m, idx
 
 
-def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded):
+def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded, dtype):
     """Embedding rows of this core's vocabulary slice by token id (SMEM).
     Row r's token arrives in blocks[r] inside its aligned block of A rows
     (blocks is [rows, A, H]) and is picked by a masked sum; rows of
-    tokens another core owns stay zero (the all-reduce fills them)."""
+    tokens another core owns stay zero (the all-reduce fills them). When the
+    embedding is also the tied LM head it is held as 32-bit words (the ring's
+    layout), ``per`` rows of ``dtype`` to a word row, and viewed back."""
     align, hidden = blocks.shape[1], blocks.shape[2]
+    words = embed.dtype == jnp.int32 and jnp.dtype(dtype) != jnp.int32
+    per = 32 // dtypes.of(jnp.dtype(dtype).name).bits if words else 1
     blocks[...] = jnp.zeros(blocks.shape, blocks.dtype)
 
     def local(r):
@@ -150,17 +169,18 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded):
         for r in range(rows):
             @pl.when((local(r) >= 0) & (local(r) < stride))
             def _():
-                base = pl.multiple_of(local(r) // align * align, align)
+                base = pl.multiple_of(local(r) // per // align * align, align)
                 fn(pltpu.make_async_copy(embed.at[pl.ds(base, align)], blocks.at[r],
                                          sem.at[0]))
 
     each_owned(lambda c: c.start())
     each_owned(lambda c: c.wait())
-    sub = jax.lax.broadcasted_iota(jnp.int32, (align, hidden), 0)
+    sub = jax.lax.broadcasted_iota(jnp.int32, (align * per, hidden), 0)
     row = jax.lax.broadcasted_iota(jnp.int32, (rows_padded, hidden), 0)
     x = jnp.zeros((rows_padded, hidden), jnp.float32)
     for r in range(rows):
-        pick = jnp.where(sub == local(r) % align, blocks[r].astype(jnp.float32), 0.0)
+        block = pltpu.bitcast(blocks[r], jnp.dtype(dtype)) if words else blocks[r]
+        pick = jnp.where(sub == local(r) % (align * per), block.astype(jnp.float32), 0.0)
         x = jnp.where(row == r, jnp.sum(pick, axis=0, keepdims=True), x)
     return x
 

@@ -18,7 +18,8 @@ def test_compiles_for_tpu7x(name, devices, tmp_path):
     result = backend.aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")
     assert result.vmem_used_bytes is not None and result.vmem_used_bytes > 0
     assert result.vmem_used_bytes <= result.vmem_limit_bytes
-    assert result.plan_vmem_bytes == plan.memory.vmem_total
+    # The plan's VMEM (declared buffers + Mosaic's values) is the compiler's, within 1 MiB.
+    assert abs(result.vmem_used_bytes - plan.memory.vmem_total) <= 2**20, result.summary()
 
 
 @pytest.mark.aot

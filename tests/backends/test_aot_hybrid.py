@@ -3,9 +3,13 @@ shapes only): the compiler's own VMEM figure fits 64 MiB, and the compile
 time does not grow with the number of repetitions of the 4-layer body (one
 fori_loop over it).
 
-Measured (shared 2-core CPU, noisy): 64 layers 66.4 s, VMEM 51.67 MiB used by
-the compiler vs 50.41 MiB planned; cut to two periods (8 layers, the same
-body looped twice) 52.1 s, ratio 1.27. Cut to one period (4 layers) it is not
+Measured (shared 2-core CPU, noisy): 64 layers 63-72 s, cut to two periods (8
+layers, the same body looped twice) 52-67 s (ratio 0.94-1.27 over three runs);
+VMEM 44.92 MiB by the compiler against 47.57 MiB planned (the plan is 2.7 MiB
+high for the hybrids: their compiled VMEM is below even the declared buffers,
+by 1.5 MiB here; a small hybrid shows -0.50 MiB where its all-attention twin
+shows +0.02, so some GDN-layer buffer is laid out smaller than the planner's
+padding model says; not found yet). Cut to one period (4 layers) it is not
 the same kernel: 4 layers without a repetition are covered as a loop of the 3
 GDN layers plus one attention layer, half the code of the 4-layer body, and
 compile in 24.5 s (2.7x less); compiling the body's 3 GDN layers as an inner
@@ -39,8 +43,8 @@ def test_qwen3_5_27b_compiles_on_8_cores_and_its_depth_is_a_loop(tmp_path):
     model = zoo.model("qwen3.5-27b")
     assert [(s.count, s.period) for s in model.stacks] == [(16, 4)]
     plan, full = _aot(model, tmp_path)
-    # Mosaic's own scratch for the values on top of the declared buffers
-    assert full.vmem_used_bytes <= plan.memory.vmem_total + 2 * MIB, full.summary()
+    # the plan's VMEM (declared buffers + the values Mosaic keeps) bounds the compiler's
+    assert full.vmem_used_bytes <= plan.memory.vmem_total, full.summary()
     cut = model.truncated(8)
     assert [(s.count, s.period) for s in cut.stacks] == [(2, 4)]
     _, two = _aot(cut, tmp_path)

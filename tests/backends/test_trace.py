@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.backends.pallas_tpu import trace
 from megakernel.compiler.pipeline import plan_model
@@ -10,11 +9,6 @@ from megakernel.compiler.shard import shard_weights
 from megakernel.models import zoo
 from megakernel.models.weights import init_weights
 
-
-@pytest.fixture(autouse=True)
-def _fresh_interpreter():
-    yield
-    pltpu.reset_tpu_interpret_mode_state()
 
 
 @pytest.mark.parametrize("devices", [1, 2])

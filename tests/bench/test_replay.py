@@ -4,7 +4,6 @@ synchronised-ops kernel variant it is compared with."""
 import dataclasses
 
 import pytest
-from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.backends import pallas_tpu as backend
 from megakernel.backends.pallas_tpu import load, trace
@@ -55,11 +54,6 @@ def test_fetching_ahead_beats_fetching_on_demand():
     assert replay(ahead, TARGET, **kw).step_us == pytest.approx(2 * b / _bw() + 2 * mxu)
     assert replay(demand, TARGET, **kw).step_us == pytest.approx(4 * b / _bw() + 2 * mxu)
 
-
-@pytest.fixture(autouse=True)
-def _fresh_interpreter():
-    yield
-    pltpu.reset_tpu_interpret_mode_state()
 
 
 def test_synchronised_variant_is_correct_moves_the_same_bytes_and_replays_slower(tmp_path):

@@ -84,7 +84,11 @@ def test_an_edited_plan_model_or_request_is_refused(name, folder, capsys):
                                  "target": 7}), "target=7 must be a chip name"),
     ("plan.json", "{", "plan.json is not valid JSON"),
     ("plan.json", "[" * 100_000, "plan.json is not valid JSON: nested too deeply"),
-    ("plan.json", "{}", "plan.json no longer matches"),
+    ("plan.json", "{}", "plan.json does not hold a plan"),
+    ("plan.json", json.dumps({"format": "megakernel.plan/1", "model": 3}),
+     "plan.json does not hold a plan"),
+    ("request.json", json.dumps({"devices": 1, "batch": 5, "tokens": 1, "context": 3,
+                                 "target": "tpu7x"}), "disagrees with plan.json"),
     ("model.json", "{", "not valid JSON"),
     ("model.json", b"\xff\xfe", "model.json is not a model"),
 ])
@@ -138,3 +142,14 @@ def test_flags_that_do_not_apply_are_named(argv, needle, tmp_path, capsys):
     assert main(["compile", "tiny-dense", "--devices", "4", "-o", str(out)]) == 0
     code, _, err = run(*[a.format(dir=out) for a in argv], capsys=capsys)
     assert code == 2 and needle in err, err
+
+
+def test_a_folder_compiled_with_overrides_checks_from_its_own_plan(tmp_path, capsys):
+    """check reads the plan back from plan.json (Plan.from_json), so choices
+    request.json does not record (here the ring's bank count) survive."""
+    out = tmp_path / "banks"
+    assert main(["compile", "tiny-dense", "--layers", "1", "--banks", "3", "-o", str(out)]) == 0
+    capsys.readouterr()
+    code, text, err = run("check", str(out), "--steps", "1", capsys=capsys)
+    assert code == 0 and text.startswith("PASS"), err
+    assert "NUM_BANKS = 3" in (out / "kernel.py").read_text()

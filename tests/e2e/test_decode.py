@@ -7,7 +7,6 @@ KV caches with the reference.
 """
 
 import pytest
-from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.backends import pallas_tpu as backend
 from megakernel.compiler.pipeline import plan_model
@@ -15,11 +14,6 @@ from megakernel.ir.config import ModelConfig, MoEConfig, build
 from megakernel.models import zoo
 from megakernel.models.weights import init_weights
 
-
-@pytest.fixture(autouse=True)
-def _fresh_interpreter():
-    yield
-    pltpu.reset_tpu_interpret_mode_state()
 
 
 def dense(dtype="float32", **kw):
@@ -87,7 +81,8 @@ def _check(make, devices, batch, tokens, steps, overrides, tmp_path):
     assert not result.races
     assert result.token_agreement == 1.0, result
     assert result.max_abs_err <= result.tolerance, result
-    assert result.cache_max_err <= (1e-4 if model.dtype.value == "float32" else 0.1), result
+    assert result.cache_max_err <= result.cache_tolerance, result
+    assert result.ok, result
 
 
 @pytest.mark.parametrize("make,devices,batch,tokens,steps,overrides",

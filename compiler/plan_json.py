@@ -1,0 +1,93 @@
+"""The plan's JSON form, both ways: a plan stands alone.
+
+``encode`` turns a plan (frozen dataclasses, enums, tuples) into JSON values;
+``decode`` rebuilds any such record from them, guided by the field types, so
+``Plan.from_json(plan.to_json()) == plan`` and the compiled folder's plan.json
+is the plan the kernel was generated from, with no re-planning. The model is
+carried in its IR form (``ir/serialize.py``); an op library's geometry is
+found by its library name (``GEOMETRIES``). Floats keep their exact repr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import types
+import typing
+
+from megakernel.errors import PlanningError
+from megakernel.registry import Registry
+
+# Library name -> its geometry record class (registered by the BUFFERS rules).
+GEOMETRIES: Registry = Registry("geometry record", "compiler/plan_buffers.py",
+                                per_op_kind=False)
+
+
+def encode(value):
+    from megakernel.ir.graph import Model
+    from megakernel.ir.serialize import model_to_dict
+
+    if isinstance(value, Model):
+        return model_to_dict(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def decode(kind, data, path: str = "plan"):
+    """``data`` (JSON values) as a value of type ``kind``."""
+    from megakernel.compiler.buffers import OpGeometry
+    from megakernel.ir.graph import Model
+    from megakernel.ir.serialize import model_from_dict
+
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is Model:
+        return model_from_dict(data)
+    if kind is OpGeometry:
+        record = GEOMETRIES(data["library"], path)
+        fields = {k: v for k, v in data.items() if k != "geometry"}
+        return OpGeometry(**fields, geometry=decode(record, data["geometry"], path))
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(data, dict):
+            raise PlanningError(f"expected an object for {kind.__name__}, found "
+                                f"{type(data).__name__}", path=path)
+        hints = _hints(kind)
+        return kind(**{f.name: decode(hints[f.name], data[f.name], f"{path}.{f.name}")
+                       for f in dataclasses.fields(kind) if f.init and f.name in data})
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return kind(data)
+    if origin in (typing.Union, types.UnionType):
+        if data is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        for a in inner:          # the first member the value decodes as
+            try:
+                return decode(a, data, path)
+            except (TypeError, ValueError, KeyError, PlanningError):
+                continue
+        raise PlanningError(f"{data!r} fits none of {inner}", path=path)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(decode(args[0], v, f"{path}.{i}") for i, v in enumerate(data))
+        return tuple(decode(a, v, f"{path}.{i}") for i, (a, v) in enumerate(zip(args, data)))
+    if origin is dict:
+        return {k: decode(args[1], v, f"{path}.{k}") for k, v in data.items()}
+    if kind is float:
+        return float(data)
+    if kind in (int, str, bool) or kind is typing.Any or kind is object:
+        return data
+    if isinstance(kind, str):
+        raise PlanningError(f"unresolved type {kind!r}", path=path)
+    return data
