@@ -44,8 +44,10 @@ def of_config(c: "ModelConfig") -> Sizes:
     item = DType.parse(c.dtype).itemsize
     h, d = c.hidden_size, c.head_dim
     q, kv = c.num_q_heads * d, c.num_kv_heads * d
-    attn = 2 * h + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
-    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + 2 * d * c.qk_norm
+    norms = 2 * h * (c.pre_norms + c.post_norms)          # the mixer's and the FFN's
+    attn = norms + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
+    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + c.num_q_heads * c.attention_sinks
+    attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm
     attn += (h * q + q * c.qkv_bias) * c.attn_output_gate
     mixer = {"full_attention": attn * item, "sliding_attention": attn * item}
     state = {"full_attention": 2 * c.max_seq_len * kv * item}
@@ -56,14 +58,15 @@ def of_config(c: "ModelConfig") -> Sizes:
                       la.num_value_heads)
         # norms, the six projections, out_proj, conv taps, gated-norm weight;
         # A_log and dt_bias are float32 (ir/kind_gdn.py).
-        gdn = 2 * h + h * (2 * kw + 2 * vw + 2 * hv) + vw * h + la.conv_kernel * (2 * kw + vw)
+        gdn = norms + h * (2 * kw + 2 * vw + 2 * hv) + vw * h + la.conv_kernel * (2 * kw + vw)
         mixer["linear_attention"] = (gdn + la.value_head_dim) * item + 2 * hv * 4
         state["linear_attention"] = ((la.conv_kernel - 1) * (2 * kw + vw) * item
                                      + hv * la.key_head_dim * la.value_head_dim * 4)
     ffn = {"dense": 3 * h * c.intermediate_size * item}
     if c.moe is not None:
         m = c.moe
-        routed = m.num_experts * (h + 3 * h * m.expert_intermediate)
+        i = m.expert_intermediate
+        routed = m.num_experts * (h + 3 * h * i + m.router_logit_bias + (2 * i + h) * m.expert_bias)
         shared = 3 * h * m.num_shared_experts * m.shared_intermediate + h * m.shared_expert_gate
         # The router's correction bias is kept in float32 (MoE.params).
         ffn["moe"] = (routed + shared) * item + 4 * m.num_experts * m.correction_bias

@@ -20,6 +20,7 @@ from megakernel.ir.config import LinearAttentionConfig, MoEConfig, ModelConfig
 def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
     num_experts = draw(st.integers(4, max_experts))
     shared = draw(st.integers(0, 1))
+    limit = draw(st.sampled_from([None, 1.5]))       # gpt-oss's clamped SwiGLU (silu only)
     return MoEConfig(
         num_experts=num_experts,
         top_k=draw(st.integers(1, min(4, num_experts))),
@@ -30,6 +31,10 @@ def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
         routed_scaling=draw(st.sampled_from([1.0, 2.5])),
         num_shared_experts=shared,
         shared_intermediate=128 if shared else 0,
+        router_logit_bias=draw(st.booleans()),
+        expert_bias=draw(st.booleans()),
+        swiglu_limit=limit,
+        swiglu_alpha=1.702 if limit else 1.0,
     )
 
 
@@ -38,7 +43,9 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
                   moe: bool | None = None, dtype: str | None = None,
                   cores: int = 1) -> ModelConfig:
     """A valid card: dense or MoE (``moe=None`` draws either), 1..max_layers layers,
-    with query heads that split evenly over ``cores`` TensorCores."""
+    with query heads that split evenly over ``cores`` TensorCores, and any of the
+    families' options (norm placement, soft-caps, sinks, YaRN, mixed sliding
+    and full layers, the embedding scale, the norm over all heads, gpt-oss's MoE)."""
     hidden = draw(st.sampled_from(hidden_sizes))
     kv_heads = draw(st.sampled_from([1, 2, 4]))
     q_heads = draw(st.sampled_from([kv_heads * g for g in (1, 2, 4, 8)
@@ -51,7 +58,20 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
     rotary = draw(st.sampled_from([0, head_dim // 2]))
     scaling = draw(st.sampled_from([None, {"rope_type": "llama3", "factor": 8.0,
                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                           "original_max_position": 64}]))
+                                           "original_max_position": 64},
+                                    {"rope_type": "yarn", "factor": 4.0,
+                                     "original_max_position": 32, "truncate": False}]))
+    activation = draw(st.sampled_from(["silu", "gelu", "gelu_tanh"]))
+    if moe_cfg is not None and activation != "silu" and moe_cfg.swiglu_limit is not None:
+        moe_cfg = dataclasses.replace(moe_cfg, swiglu_limit=None, swiglu_alpha=1.0)
+    window = draw(st.sampled_from([None, 4, 16]))
+    # Sliding and full layers alternating (Gemma 2, gpt-oss), the sliding ones
+    # maybe with their own RoPE base (Gemma 3).
+    mixed = window is not None and draw(st.booleans())
+    pre_norms, post_norms = draw(st.sampled_from([(True, False), (True, True), (False, True)]))
+    qk_norm = draw(st.booleans())
+    # A norm over all heads sums over cores: only where no core holds a copy.
+    all_heads = qk_norm and kv_heads % cores == 0 and draw(st.booleans())
     return ModelConfig(
         name="drawn",
         vocab_size=draw(st.sampled_from([256, 512])),
@@ -61,20 +81,33 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         intermediate_size=draw(st.sampled_from([256, 512])),
-        activation=draw(st.sampled_from(["silu", "gelu", "gelu_tanh"])),
+        activation=activation,
         norm_eps=draw(st.sampled_from([1e-5, 1e-6])),
         norm_offset=draw(st.booleans()),
         rope_theta=draw(st.sampled_from([10000.0, 1e6])),
         rotary_dim=rotary,
         rope_scaling=scaling,
         qkv_bias=draw(st.booleans()),
-        qk_norm=draw(st.booleans()),
-        sliding_window=draw(st.sampled_from([None, 4, 16])),
+        qk_norm=qk_norm,
+        sliding_window=window,
         tie_embeddings=draw(st.booleans()),
         dtype=dtype or draw(st.sampled_from(["float32", "bfloat16"])),
         max_seq_len=64,
         moe=moe_cfg,
         first_k_dense=first_k_dense,
+        layer_types=(("sliding_attention", "full_attention") * num_layers)[:num_layers]
+        if mixed else None,
+        sliding_rope_theta=draw(st.sampled_from([None, 1e4])) if mixed else None,
+        pre_norms=pre_norms,
+        post_norms=post_norms,
+        qk_norm_all_heads=all_heads,
+        attn_logit_softcap=draw(st.sampled_from([None, 20.0])),
+        attention_sinks=draw(st.booleans()),
+        # Gemma's embedding scale beside pre-norms, as in Gemma: without them the
+        # unnormalised x16 residual makes K/V entries of ~35, where the cache
+        # comparisons' absolute 1e-5 is a few float32 ulps.
+        scale_embeddings=pre_norms and draw(st.booleans()),
+        final_logit_softcap=draw(st.sampled_from([None, 30.0])),
     )
 
 

@@ -7,10 +7,11 @@ transformers 5.24).
 a ``text_config``) into its text config: the vision tower takes no part in a
 text decode step, and ``Qwen3_5ForCausalLM`` reads only the text config.
 ``hybrid_fields`` reads the keys of the mixers: ``layer_types`` (or
-``full_attention_interval``), the ``linear_*`` sizes, the partial rotary factor,
-and the keys transformers carries along but never reads (the attention output
-is always gated, the GDN gate is always SiLU, the SSM state always float32):
-values that would mean another model are reported, never ignored.
+``full_attention_interval``), the ``linear_*`` sizes, and the keys
+transformers carries along but never reads (the attention output is always
+gated, the GDN gate is always SiLU, the SSM state always float32): values that
+would mean another model are reported, never ignored. The partial rotary
+factor is read by ``hf_rope.read_rope`` with ``ROPE``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from megakernel.models.hf_fields import FieldReader
 # Top-level keys of a Qwen3.5 VLM config that only its vision tower reads.
 VISION_KEYS = frozenset({"vision_config", "image_token_id", "video_token_id",
                          "vision_start_token_id", "vision_end_token_id"})
-# Keys inside rope_parameters besides rope_type / rope_theta: the partial
-# factor, and the multimodal sections, which give every frequency the same
-# position for text (3 equal position rows), i.e. plain partial RoPE.
-ROPE_KEYS = ("partial_rotary_factor", "mrope_section", "mrope_interleaved")
+# hf_rope.read_rope's options: partial rotary, a quarter of the head when the
+# factor is absent (transformers' default); inside rope_parameters, the
+# multimodal sections, which give every frequency the same position for text
+# (3 equal position rows), i.e. plain partial RoPE.
+ROPE = dict(partial_default=0.25, extra_keys=("mrope_section", "mrope_interleaved"))
 MIXERS = ("linear_attention", "full_attention")
 
 
@@ -54,8 +56,8 @@ def unwrap(data: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def hybrid_fields(r: FieldReader, fields: dict[str, Any], *, dense: bool) -> dict[str, Any]:
-    """Card fields of the mixers (layer_types, linear_attention, the output gate,
-    (1+w) norms, rotary_dim); problems are recorded in ``r``. ``dense``: the
+    """Card fields of the mixers (layer_types, linear_attention, the output
+    gate); problems are recorded in ``r``. ``dense``: the
     family has no MoE, so ``mlp_only_layers`` (written by Qwen3.5) must be empty."""
     n = fields.get("num_layers") or 0
     size = lambda key, default, high: r.get(key, int, default, low=1, high=high)  # noqa: E731
@@ -64,11 +66,9 @@ def hybrid_fields(r: FieldReader, fields: dict[str, Any], *, dense: bool) -> dic
               key_head_dim=size("linear_key_head_dim", 128, limits.MAX_HEAD_DIM),
               value_head_dim=size("linear_value_head_dim", 128, limits.MAX_HEAD_DIM),
               conv_kernel=size("linear_conv_kernel_dim", 4, limits.MAX_CONV_KERNEL))
-    out: dict[str, Any] = {"norm_offset": True, "attn_output_gate": True,
-                           "layer_types": _layer_types(r, n)}
+    out: dict[str, Any] = {"attn_output_gate": True, "layer_types": _layer_types(r, n)}
     if "linear_attention" in out["layer_types"]:
         out["linear_attention"] = LinearAttentionConfig(**{k: v or 1 for k, v in la.items()})
-    out["rotary_dim"] = _rotary_dim(r, fields.get("head_dim") or 0)
     _carried_keys(r)
     if dense and r.get("mlp_only_layers", list, []):
         r.problem("mlp_only_layers", "is not empty, but every layer of this family is dense")
@@ -85,21 +85,6 @@ def _layer_types(r: FieldReader, n: int) -> tuple[str, ...]:
         r.problem("layer_types", f"{shown(types)} should list {n} of {list(MIXERS)}")
         return ("full_attention",) * n
     return tuple(types)
-
-
-def _rotary_dim(r: FieldReader, head_dim: int) -> int:
-    """int(head_dim * partial_rotary_factor); 0.25 when absent (transformers' default)."""
-    params = r.data.get("rope_parameters") or r.data.get("rope_scaling") or {}
-    inner = params.get("partial_rotary_factor") if isinstance(params, dict) else None
-    top = r.get("partial_rotary_factor", float, None, low=0.0, high=1.0, open_low=True)
-    if inner is not None:
-        inner = r.get("partial_rotary_factor", float, None, data=params, low=0.0, high=1.0,
-                      open_low=True, prefix="rope_parameters.")
-    if top is not None and inner is not None and top != inner:
-        r.problem("partial_rotary_factor", f"{top} differs from rope_parameters."
-                  f"partial_rotary_factor={inner}")
-    factor = next((f for f in (inner, top) if f is not None), 0.25)
-    return int(head_dim * factor)
 
 
 def _carried_keys(r: FieldReader) -> None:
