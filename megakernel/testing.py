@@ -117,7 +117,9 @@ def hybrid_configs(draw, *, cores: int = 1, max_periods: int = 2,
     """A valid Qwen3.5-like hybrid card: 1-3 Gated DeltaNet layers then one gated
     full-attention layer, repeated 1..max_periods times, with key, value, query and
     KV head counts that split (or, for key and KV heads, replicate) over ``cores``;
-    half the draws use Qwen3-Next's MoE with a sigmoid-gated shared expert."""
+    half the draws use Qwen3-Next's MoE with a sigmoid-gated shared expert. The
+    families' options that apply to any mixer are drawn too (norm placement,
+    soft-caps, sinks, the embedding scale)."""
     linear = draw(st.integers(1, 3))
     periods = draw(st.integers(1, max_periods))
     fits = lambda h: h % cores == 0 or cores % h == 0  # noqa: E731
@@ -131,17 +133,28 @@ def hybrid_configs(draw, *, cores: int = 1, max_periods: int = 2,
     if draw(st.booleans()):
         moe = MoEConfig(num_experts=4, top_k=2, expert_intermediate=128, renormalize=True,
                         num_shared_experts=1, shared_intermediate=128, shared_expert_gate=True)
+    dtype = dtype or draw(st.sampled_from(["float32", "bfloat16"]))
+    # No input norms only in float32: in bfloat16 the un-normed residual makes
+    # logit errors of ~1e-2 (within tolerance), and greedy tokens of near-tied
+    # logits flip (measured: a top-2 gap of 6.7e-4 under an error of 8.6e-3).
+    norms = [(True, False), (True, True)] + [(False, True)] * (dtype == "float32")
+    pre_norms, post_norms = draw(st.sampled_from(norms))
     return ModelConfig(
         name="drawn-hybrid", vocab_size=256, hidden_size=128,
         num_layers=(linear + 1) * periods, num_q_heads=q, num_kv_heads=kv,
         head_dim=head_dim, intermediate_size=256, norm_offset=True, qk_norm=True,
         rotary_dim=draw(st.sampled_from([head_dim // 4, head_dim])), rope_theta=1e7,
-        attn_output_gate=True, dtype=dtype or draw(st.sampled_from(["float32", "bfloat16"])),
+        attn_output_gate=True, dtype=dtype,
         max_seq_len=64, moe=moe,
         layer_types=(("linear_attention",) * linear + ("full_attention",)) * periods,
         linear_attention=LinearAttentionConfig(
             hk, hv, draw(st.sampled_from([16, 32])), draw(st.sampled_from([16, 32])),
-            draw(st.integers(2, 4))))
+            draw(st.integers(2, 4))),
+        pre_norms=pre_norms, post_norms=post_norms,
+        scale_embeddings=pre_norms and draw(st.booleans()),   # as in model_configs
+        attn_logit_softcap=draw(st.sampled_from([None, 20.0])),
+        attention_sinks=draw(st.booleans()),
+        final_logit_softcap=draw(st.sampled_from([None, 30.0])))
 
 
 @dataclass(frozen=True)
