@@ -46,8 +46,8 @@ FORMAT = "megakernel.bench/1"
 # (zoo name, TensorCores); all at batch 1. DeepSeek-V3 and Kimi-K2 (MLA) need
 # 32 TensorCores (16 chips, tpu7x:4x4x1) to hold their bf16 weights.
 MODELS = (("tiny-dense", 1), ("tiny-moe", 1), ("llama-3.2-1b", 1), ("qwen3-8b", 4),
-          ("qwen3-32b", 8), ("qwen3-30b-a3b", 8), ("mixtral-8x7b", 8), ("deepseek-v3", 32),
-          ("kimi-k2", 32))
+          ("qwen3-32b", 8), ("qwen3-30b-a3b", 8), ("mixtral-8x7b", 8),
+          ("qwen3.5-27b", 8), ("qwen3-next-80b-a3b", 8), ("deepseek-v3", 32), ("kimi-k2", 32))
 # Interpret-mode stages (check, trace) run the kernel on this CPU: tiny models only.
 INTERPRET = ("tiny-dense", "tiny-moe")
 # AOT compile time of the 64-layer model against the same model cut to this many layers.
@@ -59,7 +59,8 @@ REPLAY_CHART = "tiny-moe"      # its trace replays are drawn too
 NUMBER_FIELDS = ("plan_s", "modeled_step_ms", "modeled_hbm_floor_ms", "modeled_efficiency",
                  "modeled_tokens_per_s_per_user", "modeled_bytes_per_step",
                  "min_bytes_per_step", "plan_vmem_bytes", "modeled_sync_step_ms",
-                 "modeled_sync_overlap_step_ms", "modeled_sync_slowdown")
+                 "modeled_sync_overlap_step_ms", "modeled_sync_slowdown",
+                 "modeled_state_bytes_per_step")
 # Stage fields: a number when the stage ran, else the stage is in errors/skipped.
 STAGE_FIELDS = {"codegen": ("codegen_s",),
                 "aot": ("aot_compile_s", "compiled_vmem_bytes"),
@@ -119,7 +120,9 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
                modeled_tokens_per_s_per_user=c.tokens_per_s_per_user,
                modeled_bytes_per_step=c.hbm_bytes_per_core,
                min_bytes_per_step=c.floor_bytes_per_core,
-               plan_vmem_bytes=plan.memory.vmem_total, plan_digest=plan.digest())
+               plan_vmem_bytes=plan.memory.vmem_total, plan_digest=plan.digest(),
+               # recurrent state (Gated DeltaNet) read and written whole each step, per core
+               modeled_state_bytes_per_step=sum(s.bytes_per_step for s in plan.memory.states))
     forms = sorted({g.geometry.form for g in plan.memory.geometries if g.library == "mla"})
     if forms:
         rec["mla_form"] = "/".join(forms)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 COLUMNS = ("model", "cores", "plan s", "codegen s", "AOT s", "step ms (modeled)",
            "step ms N=16 (modeled)",
-           "HBM floor ms (modeled)", "eff. (modeled)", "MLA form", "sync-ops ms (modeled)",
+           "HBM floor ms (modeled)", "eff. (modeled)", "MLA form", "state MB/step (modeled)",
+           "sync-ops ms (modeled)",
            "trace replay ms mega/sync (modeled)",
            "VMEM MiB compiled/plan (diff)", "XLA copies MiB/step N=1/16", "bytes/step trace/min", "check s")
 
@@ -70,6 +71,7 @@ class _Cells:
         cells.append(s(r, "plan", lambda: f"{r['modeled_hbm_floor_ms']:.3f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_efficiency']:.1%}"))
         cells.append(s(r, "plan", lambda: r.get("mla_form", "-")))
+        cells.append(s(r, "plan", lambda: f"{r.get('modeled_state_bytes_per_step', 0) / 1e6:.1f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_sync_step_ms']:.3f} "
                                           f"(x{r['modeled_sync_slowdown']:.2f})"))
         cells.append(s(r, "replay", lambda: f"{r['replay_step_ms']:.4f}/"
@@ -131,6 +133,10 @@ def render(records: list[dict], summary: dict) -> str:
         "(FAIL = disagreed).",
         "MLA form: the multi-head latent attention form the cost model chose (absorbed or "
         "expanded; the plan's choices give both modeled costs).",
+        "state MB/step (modeled): recurrent state (Gated DeltaNet conv histories and delta-rule "
+        "states) read and written",
+        "  whole every step, per core, as planned (plan.memory.states); counted in the step "
+        "time and the HBM floor.",
         "Timings are wall clock on a shared 2-core CPU machine, noisy: compare ratios within "
         "one run. 'modeled' = cost model, not a measurement.",
     ]

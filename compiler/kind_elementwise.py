@@ -22,6 +22,15 @@ def _wish_through(ls: LayerSharding, node, out_want):
     return (out_want,) * len(node.inputs)
 
 
+def _mul_want(ls: LayerSharding, node, out_want):
+    """Both factors split alike: as the output is wished, else as a factor's
+    producer announces its output (a gate on the attention output wishes the
+    gate projection split by heads, as the attention splits its output)."""
+    if out_want is None:
+        out_want = next((w for w in map(ls.announced, node.inputs) if w is not None), None)
+    return (out_want,) * len(node.inputs)
+
+
 def _nonlinear(ls: LayerSharding, node):
     states = [ls.full(node, t) for t in node.inputs]
     if any(s != states[0] for s in states):
@@ -42,8 +51,9 @@ def _channel_scale(ls: LayerSharding, node):
     return s
 
 
-for kind in ("mul", "activation", "softcap"):
+for kind in ("activation", "softcap"):
     SHARDING.register(kind)(ShardRule(_nonlinear, _wish_through))
+SHARDING.register("mul")(ShardRule(_nonlinear, _mul_want))
 SHARDING.register("scale")(ShardRule(_linear_map, _wish_through))
 SHARDING.register("channel_scale")(ShardRule(_channel_scale, _wish_through))
 BUFFERS.register(*KINDS)(lambda cx, node: OpLayout())

@@ -71,6 +71,9 @@ class OpLayout:
     needs: tuple[Need, ...] = ()
     kind: Kind = Kind.SCRATCH
     values: int = 0          # bytes of temporaries its code holds beyond its inputs and output
+    # The buffers hold data across the whole stack (e.g. state fetched by the
+    # previous repetition), not only during the op's own program point.
+    stack_lifetime: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,10 +148,12 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
     for st, ss in zip(model.stacks, shard.stacks):
         s = ss.stack
         cx = OpCtx(model, ss, request, request.rows, rows_p, kv, experts, target)
+        mine = [p.index for p in points if p.stack == s]
         live = _live_tensors(st.layer)
         for node in st.layer.nodes:
             at = index[f"s{s}.{node.name}"]
             layout = BUFFERS(node.op.kind, f"layers[{s}].{node.name}")(cx, node)
+            first, last_use = (mine[0], mine[-1]) if layout.stack_lifetime else (at, at)
             tensors = sum(rows_p * ss.width(t) * 4 for t in live[node.name])
             peak = max(peak, tensors + layout.values)
             if layout.geometry is not None:
@@ -157,7 +162,8 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
                 kind = Kind.SEMAPHORES if need.space == Space.SEMAPHORE else (
                     Kind.SCALARS if need.space == Space.SMEM else layout.kind)
                 name = table.add(sized(f"{node.name}.{need.name}", need.space, kind,
-                                       need.shape, need.dtype, at, at, need.note), stack=s)
+                                       need.shape, need.dtype, first, last_use, need.note),
+                                 stack=s)
                 bindings.append(Binding(s, node.name, need.name, name))
         vectors = [p for p in ss.params if p.channel == "vector"]
         for p in vectors:

@@ -15,6 +15,7 @@ stacks are one allocation, live over the union of their uses.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Operand, Point, Space
@@ -29,7 +30,7 @@ from megakernel.compiler.target import Target
 from megakernel.compiler.tile_weights import ExpertStream, WeightStream, expert_streams, tile_stream
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import Model
-from megakernel.ir.types import APPEND
+from megakernel.ir.types import APPEND, WHOLE
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,29 @@ class KVStream:
 
 
 @dataclass(frozen=True)
+class StateStream:
+    """The whole-access states (``parts``, e.g. a conv history and a recurrent
+    state) of one node of stack ``stack``: every step reads each repetition's
+    slice from HBM into VMEM and writes it back. ``part_bytes``: bytes of one
+    repetition's slice of each part (a core's, as the kernel holds it)."""
+
+    stack: int
+    node: str
+    parts: tuple[str, ...]
+    part_bytes: tuple[int, ...]
+    count: int
+
+    @property
+    def bytes_per_layer(self) -> int:
+        """HBM bytes one repetition moves: every part read once and written once."""
+        return 2 * sum(self.part_bytes)
+
+    @property
+    def bytes_per_step(self) -> int:
+        return self.count * self.bytes_per_layer
+
+
+@dataclass(frozen=True)
 class MemoryPlan:
     geometry: Geometry
     rows: int
@@ -92,6 +116,7 @@ class MemoryPlan:
     vmem_budget: int
     smem_capacity: int
     hbm_capacity: int
+    states: tuple[StateStream, ...] = ()
 
     def _total(self, space: Space) -> int:
         return sum(b.nbytes for b in self.buffers if b.space == space)
@@ -187,6 +212,19 @@ def kv_streams(model: Model, shard: ShardPlan, request: PlanRequest, kv_tile: in
     return tuple(out)
 
 
+def state_streams(model: Model, shard: ShardPlan, request: PlanRequest):
+    """One StateStream per node with whole-access state (``StateShard.access``)."""
+    out = []
+    for st, ss in zip(model.stacks, shard.stacks):
+        for name in dict.fromkeys(s.node for s in ss.states if s.access == WHOLE):
+            specs = st.layer.node(name).op.state(request.batch, model.max_seq_len, model.dtype)
+            mine = [s for s in ss.states if s.node == name and s.access == WHOLE]
+            sizes = tuple(math.prod(s.layout(specs[s.name].shape)) * specs[s.name].dtype.itemsize
+                          for s in mine)
+            out.append(StateStream(ss.stack, name, tuple(s.name for s in mine), sizes, st.count))
+    return tuple(out)
+
+
 def kv_tile_options(model: Model) -> list[int]:
     """KV tile sizes (tokens) that divide max_seq_len, 16..2048; the whole
     cache when none does."""
@@ -250,7 +288,8 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     plan = MemoryPlan(g, rows, rows_p, points,
                       tuple(tuple(n.name for n in st.layer.nodes) for st in model.stacks),
                       table.buffers(), operands, bindings, geometries, ring, stream, experts,
-                      kv, values, target.vmem_budget, target.smem_bytes, target.hbm_bytes)
+                      kv, values, target.vmem_budget, target.smem_bytes, target.hbm_bytes,
+                      state_streams(model, shard, request))
     if check:
         _check_capacity(plan, target)
     return plan

@@ -63,6 +63,11 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
                 f"stack {st.stack} {s.node}.{s.name} ({s.access} state): "
                 f"{'x'.join(map(str, b.shape))} {b.dtype}, {_size(b.nbytes)} per core{row}, "
                 + ("replicated on every core" if not s.splits else "split over the cores"))
+    for g in m.geometries:         # op libraries that say how their op is split
+        if hasattr(g.geometry, "describe"):
+            st = plan.shard.stacks[g.stack]
+            shard_lines.append(f"stack {g.stack} (layers {st.start}..{st.start + st.layers - 1}) "
+                               f"{g.node}: {g.geometry.describe()}")
     shard_lines.append(f"vocabulary: {plan.shard.vocab_stride} per core, padded to "
                        f"{plan.shard.vocab_local}")
     pads = plan.shard.padding()
@@ -99,6 +104,8 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         ring.append(f"stack {k.stack} {k.node}: KV tile {k.kv_tile} tokens, "
                     f"{k.tiles_per_seq} tiles per sequence for {k.read_tokens} valid tokens")
     out.append(("Ring geometry", ring))
+    if m.states:
+        out.append(("Recurrent state (read and written whole every step)", _state_lines(plan, md)))
     rows = []
     for site in plan.collectives.sites:
         spec = plan.collectives.spec(site.spec)
@@ -121,6 +128,23 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
     out.append(("Buffers", _table(["name", "space", "shape", "dtype", "size", "lifetime"],
                                   buf_rows, md)))
     return out
+
+
+def _state_lines(plan: Plan, md: bool) -> list[str]:
+    """Every whole-access state: each part's per-core slice in HBM (aliased,
+    updated in place) and the bytes one step moves for it."""
+    m = plan.memory
+    rows = []
+    for s in m.states:
+        for part, nbytes in zip(s.parts, s.part_bytes):
+            op = m.buffer(f"hbm.s{s.stack}.{s.node}.{part}")
+            rows.append((f"stack {s.stack} {s.node}.{part}", "x".join(map(str, op.shape[1:])),
+                         op.dtype, _size(nbytes), s.count, _size(2 * nbytes * s.count)))
+    total = sum(s.bytes_per_step for s in m.states)
+    return _table(["state", "per core, per layer", "dtype", "bytes/layer", "layers",
+                   "HBM bytes/step (read+write)"], rows, md) + [
+        f"total per step per core: {_size(total)} ({total:,} bytes; every layer's state is "
+        "read into VMEM one repetition ahead and written back behind)"]
 
 
 def _header(plan: Plan) -> str:

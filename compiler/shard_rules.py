@@ -172,6 +172,17 @@ class LayerSharding:
         self.params.append(ParamShard(f"{node.name}.{pname}", tuple(shape), dtype or self.dt,
                                       tuple(splits), channel, role))
 
+    def announced(self, tensor: str):
+        """The split ``tensor``'s producer announces (``ShardRule.announce``), or None."""
+        node = self.producer.get(tensor)
+        rule = SHARDING(node.op.kind, node.name) if node is not None else None
+        if rule is None or rule.announce is None:
+            return None
+        try:
+            return rule.announce(self, node)
+        except ShardingError:
+            return None      # the producer's own rule reports it, naming itself
+
     def full(self, node: OpNode, tensor: str):
         """The state of ``tensor`` as ``node`` reads it when it needs the full
         value: a partial sum is all-reduced first (once; later readers see it
@@ -193,10 +204,15 @@ def _pass_wish(ls: LayerSharding, node: OpNode, out_want):
 @dataclass(frozen=True)
 class ShardRule:
     """``forward(ls, node) -> state of node's outputs``; ``want(ls, node,
-    wanted output split) -> wanted input splits`` (None: no preference)."""
+    wanted output split) -> wanted input splits`` (None: no preference);
+    ``announce(ls, node) -> the split the node's output will have`` whatever
+    its inputs, for kinds that decide it themselves (attention: by heads), so
+    that an op combining that output with another tensor (a gate's ``mul``)
+    can wish the other tensor split alike before the forward pass runs."""
 
     forward: Callable
     want: Callable = _no_wish
+    announce: Callable | None = None
 
 
 SHARDING: Registry[ShardRule] = Registry("sharding", "compiler/shard_rules.py")
@@ -297,7 +313,8 @@ def _attention(ls: LayerSharding, node: OpNode):
     return q
 
 
-SHARDING.register("attention")(ShardRule(_attention, _attention_want))
+SHARDING.register("attention")(ShardRule(_attention, _attention_want,
+                                         lambda ls, node: head_splits(node.op, ls.cores)[0]))
 
 
 def _linear_want(ls: LayerSharding, node: OpNode, out_want):
@@ -395,6 +412,8 @@ def _moe(ls: LayerSharding, node: OpNode):
                  "columns of shared")
         ls.param(node, "shared_down", (op.shared_width, h), (on_axis(s, 0),), "ring",
                  "rows of shared")
+        if op.shared_expert_gate:   # scales a partial sum per token: still a partial sum
+            ls.param(node, "shared_expert_gate", (h,), (), "vector", "replicated")
     ls.experts.append((node.name, ep, tp, op.num_experts // ep, width.padded))
     return ls.partial
 

@@ -72,6 +72,10 @@ COST_TABLE: dict[str, Constant] = {
         0.3e-6, "s", "fit: makes a 4-hop phase 4.7 us, the high end of the measured range"),
     "kernel_launch_s": Constant(
         5.0e-6, "s", "assumed: launch of the one pallas_call plus the start barrier"),
+    "vpu_f32_ops_per_s": Constant(
+        4.5e12, "op/s", "assumed: 2 vector ALU slots x 8 sublanes x 128 lanes of f32 per "
+        "cycle at 2.203 GHz (the clock of platform-facts.md); charges elementwise work "
+        "that is not a matmul (the Gated DeltaNet recurrence)"),
 }
 
 
@@ -92,6 +96,7 @@ class CostConstants:
     collective_phase_s: float
     ici_hop_latency_s: float
     kernel_launch_s: float
+    vpu_f32_ops_per_s: float
 
     @classmethod
     def default(cls) -> "CostConstants":

@@ -45,7 +45,7 @@ class Tile:
     dtype: str
     transposed: bool = False
 
-    @property
+    @functools.cached_property      # read for every tile of every geometry tried
     def view(self) -> tuple[int, int]:
         """Shape of the tile as it sits in its bank (tile-padded)."""
         return (round_up(self.rows, sublanes(self.dtype)), round_up(self.cols, LANES))

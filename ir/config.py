@@ -10,7 +10,6 @@ stacks by itself.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import ClassVar
 
@@ -18,13 +17,15 @@ import numpy as np
 
 from megakernel.errors import IRError, error_context
 from megakernel.ir import limits, sizes
-from megakernel.ir.graph import Layer, Model, OpNode
+from megakernel.ir.blocks import FFNS, MIXERS, LayerBuilder, layer, with_card_field
+from megakernel.ir.graph import Model
 from megakernel.ir.kind_elementwise import Scale, Softcap
-from megakernel.ir.kind_norm_parts import MeanSquare, RMSScale
-from megakernel.ir.ops import MLP, Add, Attention, Linear, MoE, Op, RMSNorm, Rope, RopeScaling
+from megakernel.ir.ops import RMSNorm, RopeScaling
 from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
-from megakernel.ir.types import DType, TensorSpec
-from megakernel.registry import Registry
+from megakernel.ir.types import DType
+
+__all__ = ["FFNS", "MIXERS", "LayerBuilder", "LinearAttentionConfig", "MoEConfig",
+           "ModelConfig", "build"]
 
 # Card fields carry exact types and bounded sizes, so that the size arithmetic
 # (ir/sizes.py) can run before anything is built. Floats, head_dim,
@@ -45,6 +46,8 @@ class MoEConfig:
     routed_scaling: AnyFloat = 1.0
     num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
     shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
+    # Qwen3-Next: the shared experts' sum is scaled per token by sigmoid(x . w).
+    shared_expert_gate: Bool = False
     # gpt-oss: biased router logits, biased experts, clamped SwiGLU (ir/ops.py MoE).
     router_logit_bias: Bool = False
     expert_bias: Bool = False
@@ -71,6 +74,19 @@ class MLAConfig:
     rope: Bool = True
     output_gate: Bool = False
     latent_norm_eps: AnyFloat = 1e-6
+
+
+@node
+class LinearAttentionConfig:
+    """The Gated DeltaNet mixer of ``linear_attention`` layers (Hugging Face's
+    ``linear_num_key_heads``, ``linear_num_value_heads``, ``linear_key_head_dim``,
+    ``linear_value_head_dim``, ``linear_conv_kernel_dim``)."""
+
+    num_key_heads: _Heads
+    num_value_heads: _Heads
+    key_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    value_head_dim: Int(1, limits.MAX_HEAD_DIM)
+    conv_kernel: Int(1, limits.MAX_CONV_KERNEL) = 4
 
 
 @node
@@ -109,8 +125,12 @@ class ModelConfig:
     layer_types: tuple[Word, ...] | None = None
     # Gemma 2's final-logit soft-capping: logits -> cap * tanh(logits / cap).
     final_logit_softcap: AnyFloat | None = None
-    # Where each block's norms sit: ``pre_norms`` before attention and before
-    # the FFN (Llama); ``post_norms`` on the attention output and on the FFN
+    # Qwen3.5 / Qwen3-Next: the mixer of layer_types "linear_attention".
+    linear_attention: LinearAttentionConfig | None = None
+    # Qwen3.5 / Qwen3-Next full attention: attn * sigmoid(x W_gate) before o_proj.
+    attn_output_gate: Bool = False
+    # Where each block's norms sit: ``pre_norms`` before the mixer and before
+    # the FFN (Llama); ``post_norms`` on the mixer output and on the FFN
     # output, before each residual add (both: Gemma 2/3; post only: OLMo 2).
     pre_norms: Bool = True
     post_norms: Bool = False
@@ -149,6 +169,15 @@ class ModelConfig:
             if "sliding_attention" in self.layer_types and self.sliding_window is None:
                 raise IRError("names sliding_attention layers but sliding_window is not set",
                               path="layer_types", hint="set sliding_window")
+        linear = self.layer_types is not None and "linear_attention" in self.layer_types
+        if linear and self.linear_attention is None:
+            raise IRError("names linear_attention layers but linear_attention is not set",
+                          path="layer_types", hint="add a linear_attention block (key and "
+                          "value heads, head dims, conv_kernel)")
+        if self.linear_attention is not None and not linear:
+            raise IRError("is set but no layer_types entry is linear_attention",
+                          path="linear_attention",
+                          hint="remove it, or name linear_attention layers in layer_types")
         if self.sliding_rope_theta is not None and "sliding_attention" not in (
                 self.layer_types or ()):
             raise IRError("sliding_rope_theta is set but layer_types names no "
@@ -179,140 +208,6 @@ class ModelConfig:
         return cls(**data)
 
 
-# Op fields whose card field has another name: an op's error says which card
-# field to change (``layers.0.q_rope: theta: ... (set by the card's rope_theta)``).
-_CARD_FIELDS = {"eps": "norm_eps", "offset": "norm_offset",
-                "theta": "rope_theta or sliding_rope_theta", "logit_softcap": "attn_logit_softcap",
-                "scaling": "rope_scaling", "bias": "qkv_bias or o_bias",
-                "hidden": "hidden_size", "intermediate": "intermediate_size",
-                "dim": "hidden_size or head_dim", "num_heads": "num_q_heads or num_kv_heads",
-                "in_features": "hidden_size or num_q_heads x head_dim",
-                "out_features": "hidden_size or the head counts x head_dim"}
-
-
-def _with_card_field(err: IRError) -> IRError:
-    field = err.message.split(":", 1)[0]
-    if field not in _CARD_FIELDS:
-        return err
-    hint = f"set by the card's {_CARD_FIELDS[field]}" + (f"; {err.hint}" if err.hint else "")
-    return type(err)(err.message, path=err.path, hint=hint)
-
-
-class LayerBuilder:
-    """Appends ops and their output tensors in execution order; ``layer()``
-    makes the verified Layer. Cards use it, and so can a hand-written graph
-    (docs/new-model.md)."""
-
-    def __init__(self, hidden: int):
-        self.nodes: list[OpNode] = []
-        self.tensors: dict[str, TensorSpec] = {"x": TensorSpec("x", (hidden,))}
-
-    def add(self, name: str, make_op, inputs: tuple[str, ...], output: str) -> str:
-        with error_context(name):
-            try:
-                op: Op = make_op()
-            except IRError as err:
-                raise _with_card_field(err) from None
-            (shape,) = op.infer(tuple(self.tensors[t].shape for t in inputs))
-        self.nodes.append(OpNode(name, op, inputs, (output,)))
-        self.tensors[output] = TensorSpec(output, shape)
-        return output
-
-    def layer(self, kind: str, output: str) -> Layer:
-        return Layer(kind, tuple(self.nodes), tuple(self.tensors.values()), "x", output)
-
-
-def _norm(c: ModelConfig, dim: int):
-    return lambda: RMSNorm(dim, c.norm_eps, c.norm_offset)
-
-
-def _qk_norm(c: ModelConfig, b: LayerBuilder, t: str, which: str) -> str:
-    """Per-head norm, or (``qk_norm_all_heads``) one over the whole projection,
-    in two parts so that its mean of squares can be summed over cores."""
-    if not c.qk_norm_all_heads:
-        return b.add(f"{which}_norm", _norm(c, c.head_dim), (t,), f"{which}_normed")
-    width = b.tensors[t].shape[0]
-    ms = b.add(f"{which}_ms", lambda: MeanSquare(width), (t,), f"{which}_ms")
-    return b.add(f"{which}_norm", lambda: RMSScale(width, c.norm_eps, c.norm_offset), (t, ms),
-                 f"{which}_normed")
-
-
-def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window, local: bool) -> str:
-    h, d = c.hidden_size, c.head_dim
-    q_dim, kv_dim = c.num_q_heads * d, c.num_kv_heads * d
-    theta, scaling = c.rope_theta, c.rope_scaling
-    if local and c.sliding_rope_theta is not None:
-        theta, scaling = c.sliding_rope_theta, None
-    rope = lambda heads: lambda: Rope(heads, d, theta, c.rotary_dim, scaling)  # noqa: E731
-
-    hn = b.add("input_norm", _norm(c, h), (x,), "h_attn") if c.pre_norms else x
-    q = b.add("q_proj", lambda: Linear(h, q_dim, c.qkv_bias), (hn,), "q")
-    k = b.add("k_proj", lambda: Linear(h, kv_dim, c.qkv_bias), (hn,), "k")
-    v = b.add("v_proj", lambda: Linear(h, kv_dim, c.qkv_bias), (hn,), "v")
-    if c.qk_norm:
-        q, k = _qk_norm(c, b, q, "q"), _qk_norm(c, b, k, "k")
-    q = b.add("q_rope", rope(c.num_q_heads), (q,), "q_rot")
-    k = b.add("k_rope", rope(c.num_kv_heads), (k,), "k_rot")
-    o = b.add("attention", lambda: Attention(c.num_q_heads, c.num_kv_heads, d,
-                                             c.softmax_scale, window, c.attn_logit_softcap,
-                                             c.attention_sinks),
-              (q, k, v), "attn")
-    o = b.add("o_proj", lambda: Linear(q_dim, h, c.o_bias), (o,), "attn_out")
-    if c.post_norms:
-        o = b.add("post_attn_norm", _norm(c, h), (o,), "attn_normed")
-    return b.add("attn_residual", Add, (x, o), "x_mid")
-
-
-# The mixer table: a layer_types name -> (layer kind label, block builder
-# (card, builder, residual tensor) -> the residual after the mixer).
-MIXERS: Registry = Registry("mixer", "ir/config.py", per_op_kind=False)
-MIXERS.register("full_attention")(
-    ("", lambda c, b, x: _attention_block(c, b, x, c.sliding_window if c.layer_types is None
-                                          else None, False)))
-MIXERS.register("sliding_attention")(
-    ("sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window, True)))
-
-
-def _mlp(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
-    return b.add("mlp", lambda: MLP(c.hidden_size, c.intermediate_size, c.activation), (hn,),
-                 "ffn_out")
-
-
-def _moe(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
-    m = c.moe
-    return b.add("moe", lambda: MoE(c.hidden_size, m.num_experts, m.top_k,
-                                    m.expert_intermediate, m.scoring, m.correction_bias,
-                                    m.renormalize, m.routed_scaling, m.num_shared_experts,
-                                    m.shared_intermediate, c.activation, m.router_logit_bias,
-                                    m.expert_bias, m.swiglu_limit, m.swiglu_alpha,
-                                    n_group=m.n_group, topk_group=m.topk_group),
-                 (hn,), "ffn_out")
-
-
-# The FFN table: a layer kind -> block builder (card, builder, normed input) -> output.
-FFNS: Registry = Registry("ffn", "ir/config.py", per_op_kind=False)
-FFNS.register("dense")(_mlp)
-FFNS.register("moe")(_moe)
-
-
-def _ffn_block(c: ModelConfig, b: LayerBuilder, x: str, kind: str) -> str:
-    # "post_norm" is the norm after the attention block, before the FFN (HF's
-    # post_attention_layernorm in Llama); the FFN output's own is post_ffn_norm.
-    hn = b.add("post_norm", _norm(c, c.hidden_size), (x,), "h_ffn") if c.pre_norms else x
-    f = FFNS(kind, "ffn")(c, b, hn)
-    if c.post_norms:
-        f = b.add("post_ffn_norm", _norm(c, c.hidden_size), (f,), "ffn_normed")
-    return b.add("ffn_residual", Add, (x, f), "y")
-
-
-@functools.lru_cache(maxsize=64)
-def _layer(c: ModelConfig, mixer: str, ffn: str) -> Layer:
-    label, block = MIXERS(mixer, "mixer")
-    b = LayerBuilder(c.hidden_size)
-    x = block(c, b, "x")
-    return b.layer(f"{label}_{ffn}" if label else ffn, _ffn_block(c, b, x, ffn))
-
-
 def build(config: ModelConfig) -> Model:
     """The layer graph of ``config``; errors name ``layers.{i}.{op}.{field}``.
     A card whose weights and KV caches cannot fit the largest supported
@@ -321,12 +216,12 @@ def build(config: ModelConfig) -> Model:
     layers = []
     for i in range(config.num_layers):
         with error_context(f"layers.{i}"):
-            layers.append(_layer(config, config.mixer(i), config.layer_kind(i)))
+            layers.append(layer(config, config.mixer(i), config.layer_kind(i)))
     with error_context("final_norm"):
         try:
             final_norm = RMSNorm(config.hidden_size, config.norm_eps, config.norm_offset)
         except IRError as err:
-            raise _with_card_field(err) from None
+            raise with_card_field(err) from None
     logit_ops = ()
     if config.final_logit_softcap is not None:
         with error_context("final_logit_softcap"):

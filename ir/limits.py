@@ -18,6 +18,7 @@ MAX_HEADS = 1024           # query or key/value heads
 MAX_HEAD_DIM = 1024        # features per head
 MAX_EXPERTS = 4096         # routed experts of a MoE block
 MAX_SHARED_EXPERTS = 64    # always-on experts of a MoE block
+MAX_CONV_KERNEL = 64       # taps of a short causal convolution (4 in published GDN models)
 MAX_SEQ_LEN = 2**24        # KV-cache positions, windows, rope's original context
 MAX_LAYER_DEFS = 512       # distinct layers written in an IR file
 MAX_NODES = 256            # ops in one layer

@@ -346,7 +346,9 @@ class MoE(Op):
     scores + correction_bias (when present) but *weighted* by scores; the k weights
     are renormalised to sum 1 when ``renormalize``, then multiplied by
     ``routed_scaling``. ``num_shared_experts`` always-on experts of
-    ``shared_intermediate`` each are added (stored as one MLP of their total width).
+    ``shared_intermediate`` each are added (stored as one MLP of their total width);
+    with ``shared_expert_gate`` their sum is first multiplied, per token, by
+    sigmoid(x . w), w a learned vector of ``hidden`` features (Qwen3-Next).
     gpt-oss's variant: ``router_logit_bias`` adds a learned bias to the router
     logits (selection and weights alike); ``expert_bias`` gives each expert
     biases on gate, up and down; ``swiglu_limit`` L replaces act(g) * u by
@@ -377,8 +379,12 @@ class MoE(Op):
     swiglu_alpha: Float(0.0, limits.MAX_SCALE, open_low=True) = 1.0
     n_group: Int(1, limits.MAX_EXPERTS) = 1
     topk_group: Int(1, limits.MAX_EXPERTS) = 1
+    shared_expert_gate: Bool = False
 
     def __post_init__(self):
+        if self.shared_expert_gate and not self.num_shared_experts:
+            raise _fail("shared_expert_gate", "shared_expert_gate=True with "
+                        "num_shared_experts=0: there is no shared expert to gate")
         if self.top_k > self.num_experts:
             raise _fail("top_k", f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
         if self.n_group > 1:
@@ -426,6 +432,8 @@ class MoE(Op):
             s = self.shared_width
             p.update(shared_gate=ParamSpec((h, s), dtype), shared_up=ParamSpec((h, s), dtype),
                      shared_down=ParamSpec((s, h), dtype))
+        if self.shared_expert_gate:
+            p["shared_expert_gate"] = ParamSpec((h,), dtype)
         return p
 
     def infer(self, inputs):

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Sizes:
-    """``param_bytes`` of every weight; ``cache_bytes`` of the state the ops
-    keep (KV and latent caches) for one sequence of ``max_seq_len`` positions."""
+    """``param_bytes`` of every weight; ``cache_bytes`` of the state one sequence
+    keeps: KV and latent caches of ``max_seq_len`` positions and recurrent states."""
 
     name: str
     param_bytes: int
@@ -44,28 +44,39 @@ def of_config(c: "ModelConfig") -> Sizes:
     item = DType.parse(c.dtype).itemsize
     h, d = c.hidden_size, c.head_dim
     q, kv = c.num_q_heads * d, c.num_kv_heads * d
-    norms = 2 * h * (c.pre_norms + c.post_norms)
-    attn = h * q + 2 * h * kv + q * h                    # q, k, v, o
+    norms = 2 * h * (c.pre_norms + c.post_norms)          # the mixer's and the FFN's
+    attn = norms + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
     attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + c.num_q_heads * c.attention_sinks
     attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm
-    attn_cache = 2 * c.max_seq_len * kv * item
-    mla, mla_cache = _mla_sizes(c) if c.mla is not None else (0, 0)
-    dense = 3 * h * c.intermediate_size * item
-    moe = 0
+    attn += (h * q + q * c.qkv_bias) * c.attn_output_gate
+    mixer = {"full_attention": attn * item, "sliding_attention": attn * item}
+    state = {"full_attention": 2 * c.max_seq_len * kv * item}
+    state["sliding_attention"] = state["full_attention"]
+    if c.mla is not None:
+        mla, state["mla"] = _mla_sizes(c)
+        mixer["mla"] = (norms + mla) * item
+    if c.linear_attention is not None:
+        la = c.linear_attention
+        kw, vw, hv = (la.num_key_heads * la.key_head_dim, la.num_value_heads * la.value_head_dim,
+                      la.num_value_heads)
+        # norms, the six projections, out_proj, conv taps, gated-norm weight;
+        # A_log and dt_bias are float32 (ir/kind_gdn.py).
+        gdn = norms + h * (2 * kw + 2 * vw + 2 * hv) + vw * h + la.conv_kernel * (2 * kw + vw)
+        mixer["linear_attention"] = (gdn + la.value_head_dim) * item + 2 * hv * 4
+        state["linear_attention"] = ((la.conv_kernel - 1) * (2 * kw + vw) * item
+                                     + hv * la.key_head_dim * la.value_head_dim * 4)
+    ffn = {"dense": 3 * h * c.intermediate_size * item}
     if c.moe is not None:
         m = c.moe
         i = m.expert_intermediate
         routed = m.num_experts * (h + 3 * h * i + m.router_logit_bias + (2 * i + h) * m.expert_bias)
-        shared = 3 * h * m.num_shared_experts * m.shared_intermediate
+        shared = 3 * h * m.num_shared_experts * m.shared_intermediate + h * m.shared_expert_gate
         # The router's correction bias is kept in float32 (MoE.params).
-        moe = (routed + shared) * item + 4 * m.num_experts * m.correction_bias
-    layers = cache = 0
-    for i in range(c.num_layers):
-        is_mla = c.mixer(i) == "mla"
-        layers += (norms + (mla if is_mla else attn)) * item
-        layers += moe if c.layer_kind(i) == "moe" else dense
-        cache += mla_cache if is_mla else attn_cache
+        ffn["moe"] = (routed + shared) * item + 4 * m.num_experts * m.correction_bias
+    kinds = [(c.mixer(i), c.layer_kind(i)) for i in range(c.num_layers)]
+    layers = sum(mixer[a] + ffn[f] for a, f in kinds)
     embed = c.vocab_size * h * (1 if c.tie_embeddings else 2) + h
+    cache = sum(state[a] for a, _ in kinds)
     return Sizes(c.name, layers + embed * item, cache, c.max_seq_len)
 
 
@@ -90,7 +101,8 @@ def _mla_sizes(c: "ModelConfig") -> tuple[int, int]:
 
 def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["Layer"],
               tie_embeddings: bool, dtype: DType, max_seq_len: int) -> Sizes:
-    """The sizes of a model of these parts, from each distinct layer's param specs."""
+    """The sizes of a model of these parts, from each distinct layer's param and
+    state specs (appended state at ``max_seq_len`` rows, whole state as declared)."""
     per_layer: dict = {}
     for layer in layers:
         if layer not in per_layer:

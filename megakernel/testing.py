@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from megakernel.ir.config import MLAConfig, MoEConfig, ModelConfig
+from megakernel.ir.config import LinearAttentionConfig, MLAConfig, MoEConfig, ModelConfig
 
 
 @st.composite
@@ -139,6 +139,52 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
         final_logit_softcap=draw(st.sampled_from([None, 30.0])),
         mla=latent,
     )
+
+
+@st.composite
+def hybrid_configs(draw, *, cores: int = 1, max_periods: int = 2,
+                   dtype: str | None = None) -> ModelConfig:
+    """A valid Qwen3.5-like hybrid card: 1-3 Gated DeltaNet layers then one gated
+    full-attention layer, repeated 1..max_periods times, with key, value, query and
+    KV head counts that split (or, for key and KV heads, replicate) over ``cores``;
+    half the draws use Qwen3-Next's MoE with a sigmoid-gated shared expert. The
+    families' options that apply to any mixer are drawn too (norm placement,
+    soft-caps, sinks, the embedding scale)."""
+    linear = draw(st.integers(1, 3))
+    periods = draw(st.integers(1, max_periods))
+    fits = lambda h: h % cores == 0 or cores % h == 0  # noqa: E731
+    hk = draw(st.sampled_from([h for h in (1, 2, 4) if fits(h)]))
+    hv = draw(st.sampled_from([hk * r for r in (1, 2, 4) if (hk * r) % cores == 0
+                               and hk * r <= 8]))
+    kv = draw(st.sampled_from([h for h in (1, 2) if fits(h)]))
+    q = draw(st.sampled_from([kv * g for g in (1, 2, 4) if (kv * g) % cores == 0]))
+    head_dim = draw(st.sampled_from([32, 64]))
+    moe = None
+    if draw(st.booleans()):
+        moe = MoEConfig(num_experts=4, top_k=2, expert_intermediate=128, renormalize=True,
+                        num_shared_experts=1, shared_intermediate=128, shared_expert_gate=True)
+    dtype = dtype or draw(st.sampled_from(["float32", "bfloat16"]))
+    # No input norms only in float32: in bfloat16 the un-normed residual makes
+    # logit errors of ~1e-2 (within tolerance), and greedy tokens of near-tied
+    # logits flip (measured: a top-2 gap of 6.7e-4 under an error of 8.6e-3).
+    norms = [(True, False), (True, True)] + [(False, True)] * (dtype == "float32")
+    pre_norms, post_norms = draw(st.sampled_from(norms))
+    return ModelConfig(
+        name="drawn-hybrid", vocab_size=256, hidden_size=128,
+        num_layers=(linear + 1) * periods, num_q_heads=q, num_kv_heads=kv,
+        head_dim=head_dim, intermediate_size=256, norm_offset=True, qk_norm=True,
+        rotary_dim=draw(st.sampled_from([head_dim // 4, head_dim])), rope_theta=1e7,
+        attn_output_gate=True, dtype=dtype,
+        max_seq_len=64, moe=moe,
+        layer_types=(("linear_attention",) * linear + ("full_attention",)) * periods,
+        linear_attention=LinearAttentionConfig(
+            hk, hv, draw(st.sampled_from([16, 32])), draw(st.sampled_from([16, 32])),
+            draw(st.integers(2, 4))),
+        pre_norms=pre_norms, post_norms=post_norms,
+        scale_embeddings=pre_norms and draw(st.booleans()),   # as in model_configs
+        attn_logit_softcap=draw(st.sampled_from([None, 20.0])),
+        attention_sinks=draw(st.booleans()),
+        final_logit_softcap=draw(st.sampled_from([None, 30.0])))
 
 
 @dataclass(frozen=True)
@@ -334,7 +380,9 @@ def check_hf_fixture(folder, *, devices: int = 1,
                      overrides=None) -> list[tuple[str, float]]:
     """Decode a Hugging Face fixture (``tests/fixtures/hf/*``) through generated
     kernels: a T0-token prefill, then two 1-token steps, each compared with the
-    logits transformers wrote. Returns (step, max |err| / logit scale) pairs.
+    logits transformers wrote. Returns (step, max |err| / logit scale) pairs,
+    and, for fixtures that store Gated DeltaNet states, (step + " states",
+    max |err|) of the conv histories and recurrent states after each step.
     ``overrides``: the planner's (e.g. ``{"mla_form": "expanded"}``)."""
     from pathlib import Path
 
@@ -365,4 +413,22 @@ def check_hf_fixture(folder, *, devices: int = 1,
         caches = runner.caches()
         scale = float(np.max(np.abs(expected)))
         out.append((name, float(np.max(np.abs(logits - expected))) / scale))
+        if f"recurrent_state_0_{name}" in exp:
+            out.append((f"{name} states", _gdn_state_error(caches, exp, name)))
     return out
+
+
+def _gdn_state_error(caches, exp, step: str) -> float:
+    """Max |ours - HF's| over the GDN layers' states after ``step``. HF keeps Kc
+    raw conv columns [B, C, Kc], of which the last Kc - 1 are read again; ours
+    are [B, Kc-1, C] per q/k/v section, and the recurrent state is [B, HV, dk, dv]
+    in both."""
+    err, i = 0.0, 0
+    while f"recurrent_state_{i}_{step}" in exp:
+        conv = np.concatenate([np.asarray(caches[f"layers.{i}.gdn.hist_{p}"], np.float32)
+                               for p in "qkv"], axis=-1).transpose(0, 2, 1)
+        err = max(err, float(np.max(np.abs(conv - exp[f"conv_state_{i}_{step}"][:, :, 1:]))),
+                  float(np.max(np.abs(np.asarray(caches[f"layers.{i}.gdn.recurrent"])
+                                      - exp[f"recurrent_state_{i}_{step}"]))))
+        i += 1
+    return err

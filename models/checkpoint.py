@@ -69,10 +69,17 @@ def _moe(router: tuple[str, ...], per_expert: dict[str, str],
 _ATTN_MLP = _attn_mlp()
 LAYER_PREFIX = "model.layers.{i}."
 GLOBAL: dict[str, tuple[Source, ...]] = {
-    "embed.weight": (Source("model.embed_tokens.weight"),),
-    "final_norm.weight": (Source("model.norm.weight"),),
+    # (published vision-language checkpoints keep the text model under model.language_model)
+    "embed.weight": (Source("model.embed_tokens.weight"),
+                     Source("model.language_model.embed_tokens.weight")),
+    "final_norm.weight": (Source("model.norm.weight"), Source("model.language_model.norm.weight")),
     "lm_head.weight": (Source("lm_head.weight", "T"),),
 }
+# model_type -> the prefixes a layer's tensors may live under (default LAYER_PREFIX).
+PREFIXES: dict[str, tuple[str, ...]] = {}
+# model_type -> prefixes of tensors outside the decode step (a vision tower, a
+# multi-token-prediction head) that transformers' causal LM ignores on load too.
+IGNORED_PREFIXES: dict[str, tuple[str, ...]] = {}
 # model_type -> IR layer weight suffix -> HF sources (under LAYER_PREFIX), tried in order.
 NAMES: dict[str, dict[str, tuple[Source, ...]]] = {
     "llama": _ATTN_MLP,
@@ -121,6 +128,9 @@ NAMES.update({
 })
 # Derived buffers some older checkpoints carry; recomputed from the config.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# Rules that also need the IR layer the weight belongs to (head counts of a
+# fused or interleaved tensor): (files, name, spec, layer) -> array.
+LAYER_RULES: dict = {}
 
 
 def _fused_gate_up(files: _Files, name: str, spec: ParamSpec, half: int) -> np.ndarray:
@@ -207,7 +217,7 @@ def _family_tables(model_type: str, config: dict, model: Model):
     rows of ``NAMES``, or those a family builds from its config and model
     (models/hf_deepseek.py: head counts, the rope permutation, MTP layers)."""
     if model_type in NAMES:
-        return NAMES[model_type], ()
+        return NAMES[model_type], IGNORED_PREFIXES.get(model_type, ())
     from megakernel.models import hf_deepseek
 
     _RULES.update(hf_deepseek.RULES)
@@ -245,29 +255,39 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
     names, ignored = _family_tables(model_type, config, model)
     weights = {}
     for weight, spec in model.params().items():
-        array = _load_one(files, names, weight, spec)
+        array = _load_one(files, model_type, names, weight, spec, model)
         keep = spec.dtype if spec.dtype != model.dtype else target
         weights[weight] = np.asarray(array, dtype=keep.np)
     _check_leftovers(files, model, weights, ignored)
     return weights
 
 
-def _load_one(files: _Files, names: dict, weight: str, spec: ParamSpec) -> np.ndarray:
+def _load_one(files: _Files, model_type: str, names: dict, weight: str, spec: ParamSpec,
+              model: Model) -> np.ndarray:
     sources, layer = _sources(names, weight)
-    prefix = "" if layer is None else LAYER_PREFIX.format(i=layer)
+    prefixes = ("",) if layer is None else tuple(
+        p.format(i=layer) for p in PREFIXES.get(model_type, (LAYER_PREFIX,)))
     tried = []
-    for src in sources:
-        name = prefix + src.name
-        probe = name.format(e=0) if "{e}" in name else name
-        tried.append(probe)
-        if files.has(probe):
-            try:
-                return _RULES[src.rule](files, name, spec, *src.args)
-            except ConfigError as err:
-                raise ConfigError(err.message, path=weight, hint=err.hint) from None
+    for prefix in prefixes:
+        for src in sources:
+            name = prefix + src.name
+            probe = name.format(e=0) if "{e}" in name else name
+            tried.append(probe)
+            if files.has(probe):
+                return _apply(src, files, name, spec, weight,
+                              None if layer is None else model.layers[layer])
     raise ConfigError(f"no tensor for this weight of shape {list(spec.shape)}; looked for "
                       f"{tried or 'nothing (no HF name known for it)'}", path=weight,
                       hint="is the checkpoint for this model and model_type?")
+
+
+def _apply(src: Source, files: _Files, name: str, spec: ParamSpec, weight: str, layer):
+    try:
+        if src.rule in LAYER_RULES:
+            return LAYER_RULES[src.rule](files, name, spec, layer)
+        return _RULES[src.rule](files, name, spec, *src.args)
+    except ConfigError as err:
+        raise ConfigError(err.message, path=weight, hint=err.hint) from None
 
 
 def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray],
@@ -284,3 +304,7 @@ def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray]
         raise ConfigError(f"{len(left)} tensors are not used by the model: {shown}{more}",
                           path="checkpoint", hint="the checkpoint has weights the IR "
                           "model does not (a different architecture or config?)")
+
+
+# The hybrid linear-attention families register their rows (after the tables above).
+from megakernel.models import checkpoint_hybrid  # noqa: E402,F401

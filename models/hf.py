@@ -1,9 +1,10 @@
 """Import a Hugging Face ``config.json`` into a model card.
 
 Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, mixtral, mistral,
-gemma2, gemma3_text, olmo2, gpt_oss, phi3 (docs/new-model.md lists the card
-fields each uses), and through their own importers (``_importers``)
-deepseek_v3 and kimi_k2. Every key of
+gemma2, gemma3_text, olmo2, gpt_oss, phi3, the hybrid linear-attention
+families qwen3_5, qwen3_5_text, qwen3_next (``hf_hybrid``), and through their
+own importers (``_importers``) deepseek_v3 and kimi_k2 (docs/new-model.md
+lists the card fields each uses). Every key of
 the file is either mapped to a card field, known to be harmless for inference
 (``hf_fields.HARMLESS_KEYS``), or reported: one ``ConfigError`` lists every
 unsupported key and value of the file. Families differ only by the rows of
@@ -23,6 +24,7 @@ from megakernel.ir import limits
 from megakernel.ir.config import MoEConfig, ModelConfig, build
 from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType
+from megakernel.models import hf_hybrid
 from megakernel.models.hf_extras import EXTRAS, gpt_oss_moe
 from megakernel.models.hf_fields import REQUIRED, FieldReader
 from megakernel.models.hf_rope import read_rope
@@ -38,9 +40,11 @@ class Family:
     "qwen" (``use_sliding_window`` for the layers from ``max_window_layers``
     on) or "types" (``layer_types``; when absent, layer i is full iff
     (i + 1) % ``pattern`` == 0). ``moe``: "none", "qwen", "mixtral",
-    "gpt_oss". ``head_dim``: default when the key is absent (0 = hidden /
-    heads). ``norms``: "pre", "sandwich" (pre and post) or "post";
-    ``extras``: the reader of the family's own keys (models/hf_extras.py)."""
+    "gpt_oss" or "qwen_next" (a sigmoid-gated shared expert). ``head_dim``:
+    default when the key is absent (0 = hidden / heads). ``norms``: "pre",
+    "sandwich" (pre and post) or "post"; ``extras``: the reader of the
+    family's own keys (models/hf_extras.py). ``hybrid``: Gated DeltaNet and
+    gated full-attention layers (models/hf_hybrid.py)."""
 
     qkv_bias: str
     o_bias: str
@@ -63,10 +67,12 @@ class Family:
     scale_embeddings: bool = False
     tied_default: bool = False
     extras: str = ""
+    hybrid: bool = False
 
 
 _GEMMA = dict(norms="sandwich", norm_offset=True, scale_embeddings=True, tied_default=True,
               act_key="hidden_activation", act_default="gelu_pytorch_tanh", window_default=4096)
+_HYBRID = dict(hybrid=True, norm_offset=True, partial_rotary=True)
 FAMILIES: dict[str, Family] = {
     "llama":     Family("attention_bias", "attention_bias", False, 0, 1e-6, 1e4, "none", "none"),
     "qwen2":     Family("always", "never", False, 0, 1e-6, 1e4, "qwen", "none"),
@@ -85,6 +91,12 @@ FAMILIES: dict[str, Family] = {
                         extras="gpt_oss"),
     "phi3":      Family("never", "never", False, 0, 1e-5, 1e4, "global", "none",
                         partial_rotary=True, extras="phi3"),
+    "qwen3_5":   Family("attention_bias", "attention_bias", True, 256, 1e-6, 1e4, "none", "none",
+                        **_HYBRID),
+    "qwen3_5_text": Family("attention_bias", "attention_bias", True, 256, 1e-6, 1e4, "none",
+                           "none", **_HYBRID),
+    "qwen3_next": Family("attention_bias", "attention_bias", True, 256, 1e-6, 1e4, "none",
+                         "qwen_next", **_HYBRID),
 }
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
@@ -108,6 +120,7 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
     bfloat16 when absent); ``max_seq_len`` is capped by
     ``max_position_embeddings``. The card is built once to check it."""
     data, source, folder = _read(config)
+    data = hf_hybrid.unwrap(data, source)
     r = FieldReader(data, source)
     model_type = r.get("model_type", str)
     family = FAMILIES.get(model_type)
@@ -118,19 +131,7 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
     if importer is not None:
         fields = importer(r)
     else:
-        fields = _dense_fields(r, family)
-        fields.update(read_rope(r, family.rope_theta, by_type=family.rope_by_type,
-                                partial=family.partial_rotary,
-                                head_dim=fields.get("head_dim")))
-        if family.window == "types":
-            fields.update(_types_window(r, family, fields.get("num_layers") or 0, model_type))
-            if "layer_types" not in fields:         # every layer full: no local RoPE base
-                fields.pop("sliding_rope_theta", None)
-        else:
-            fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
-        fields.update(_moe(r, family, fields))
-        if family.extras:
-            fields.update(EXTRAS[family.extras](r, fields))
+        fields = _family_fields(r, family, model_type)
     fields["dtype"] = _dtype(r, dtype)
     limit = r.get("max_position_embeddings", int, max_seq_len, low=1)
     fields["max_seq_len"] = min(max_seq_len, max_seq_len if limit is None else limit)
@@ -144,6 +145,26 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
         raise ConfigError(err.message, path=f"{source}: {err.path}" if err.path else source,
                           hint=err.hint) from None
     return card
+
+
+def _family_fields(r: FieldReader, family, model_type: str) -> dict:
+    """Card fields of a family described by a ``FAMILIES`` row."""
+    fields = _dense_fields(r, family)
+    fields.update(read_rope(r, family.rope_theta, by_type=family.rope_by_type,
+                            partial=family.partial_rotary, head_dim=fields.get("head_dim"),
+                            **(hf_hybrid.ROPE if family.hybrid else {})))
+    if family.hybrid:
+        fields.update(hf_hybrid.hybrid_fields(r, fields, dense=family.moe == "none"))
+    elif family.window == "types":
+        fields.update(_types_window(r, family, fields.get("num_layers") or 0, model_type))
+        if "layer_types" not in fields:         # every layer full: no local RoPE base
+            fields.pop("sliding_rope_theta", None)
+    else:
+        fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
+    fields.update(_moe(r, family, fields))
+    if family.extras:
+        fields.update(EXTRAS[family.extras](r, fields))
+    return fields
 
 
 def supported() -> list[str]:
@@ -265,6 +286,12 @@ def _moe(r: FieldReader, f: Family, fields: dict) -> dict[str, Any]:
         experts = r.get("num_local_experts", int, 8, low=1, high=limits.MAX_EXPERTS) or 1
         return {"moe": MoEConfig(experts, top_k, fields["intermediate_size"] or 1,
                                  "softmax", renormalize=True)}
+    shared = {}
+    if f.moe == "qwen_next":    # one shared expert, its output scaled by sigmoid(x . w)
+        width = r.get("shared_expert_intermediate_size", int, 0, low=0, high=limits.MAX_WIDTH)
+        if width:
+            shared = dict(num_shared_experts=1, shared_intermediate=width,
+                          shared_expert_gate=True)
     experts = _num_experts(r)
     width = r.get("moe_intermediate_size", int, 768, low=1, high=limits.MAX_WIDTH) or 1
     step = r.get("decoder_sparse_step", int, 1)
@@ -283,7 +310,7 @@ def _moe(r: FieldReader, f: Family, fields: dict) -> dict[str, Any]:
         return {}
     if first_k == n:
         return {}
-    return {"moe": MoEConfig(experts, top_k, width, "softmax", renormalize=renorm),
+    return {"moe": MoEConfig(experts, top_k, width, "softmax", renormalize=renorm, **shared),
             "first_k_dense": first_k}
 
 

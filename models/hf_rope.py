@@ -27,10 +27,14 @@ _LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def read_rope(r: FieldReader, theta_default: float, *, by_type: bool = False,
-              partial: bool = False, head_dim: int | None = None) -> dict[str, Any]:
+              partial: bool = False, head_dim: int | None = None,
+              partial_default: float | None = None,
+              extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """Card fields ``rope_theta``, ``rope_scaling`` and, with ``by_type``
     (Gemma 3), ``sliding_rope_theta``; with ``partial``, ``rotary_dim`` from
-    ``partial_rotary_factor`` (top level or inside the parameter object)."""
+    ``partial_rotary_factor`` (top level or inside the parameter object; when
+    absent, ``partial_default``). ``extra_keys``: keys of the parameter object
+    the family accepts besides its rope_type's (read by no one, harmless)."""
     theta = r.get("rope_theta", float, None, **_THETA)
     params = r.get("rope_parameters", dict, None)
     scaling = r.get("rope_scaling", dict, None)
@@ -51,8 +55,8 @@ def read_rope(r: FieldReader, theta_default: float, *, by_type: bool = False,
                           "per-layer-type objects is not supported")
         out["sliding_rope_theta"] = _local_theta(r, local, nested)
     if partial:
-        out.update(_partial(r, p, key, head_dim))
-    out.update(_one(r, p, key, theta, theta_default, partial))
+        out.update(_partial(r, p, key, head_dim, partial_default))
+    out.update(_one(r, p, key, theta, theta_default, partial, extra_keys))
     return out
 
 
@@ -66,7 +70,7 @@ def _object(r: FieldReader, p: dict, name: str, key: str) -> dict:
 
 
 def _one(r: FieldReader, p: dict, key: str, theta: float | None,
-         theta_default: float, partial: bool) -> dict[str, Any]:
+         theta_default: float, partial: bool, extra_keys: tuple[str, ...]) -> dict[str, Any]:
     """rope_theta and rope_scaling of one parameter object ``p`` (at ``key``)."""
     pre = f"{key}."
     kind = p.get("rope_type", p.get("type", "default"))
@@ -83,7 +87,7 @@ def _one(r: FieldReader, p: dict, key: str, theta: float | None,
                   "frequencies in ways the IR's Rope cannot express)")
         return out
     allowed = {"rope_type", "type", "rope_theta", *ROPE_KEYS[kind]}
-    allowed |= {"partial_rotary_factor"} if partial else set()
+    allowed |= ({"partial_rotary_factor"} if partial else set()) | set(extra_keys)
     for extra in sorted(set(p) - allowed):
         r.problem(pre + extra, f"={shown(p[extra])} is not supported for rope_type {kind!r}")
     if kind == "default":
@@ -154,7 +158,8 @@ def _local_theta(r: FieldReader, local: dict, nested: bool) -> float:
     return given[0] if given else 1e4
 
 
-def _partial(r: FieldReader, p: dict, key: str, head_dim: int | None) -> dict[str, Any]:
+def _partial(r: FieldReader, p: dict, key: str, head_dim: int | None,
+             default: float | None) -> dict[str, Any]:
     """rotary_dim = int(head_dim * partial_rotary_factor) (0: the whole head)."""
     bounds = dict(low=0.0, high=1.0, open_low=True)
     top = r.get("partial_rotary_factor", float, None, **bounds)
@@ -162,7 +167,7 @@ def _partial(r: FieldReader, p: dict, key: str, head_dim: int | None) -> dict[st
     if top is not None and inner is not None and top != inner:
         r.problem("partial_rotary_factor", f"{top} differs from {key}.partial_rotary_factor"
                   f"={inner}")
-    f = inner if inner is not None else top
+    f = next((x for x in (inner, top, default) if x is not None), None)
     if f is None or f == 1.0 or not head_dim:
         return {}
     return {"rotary_dim": int(head_dim * f)}

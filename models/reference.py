@@ -172,7 +172,10 @@ def moe(op, p, x):
     per_expert = jax.vmap(lambda *w: expert_ffn(op, x, *w))(*weights)      # [E, n, H]
     out = jnp.einsum("ne,enh->nh", combine, per_expert, precision=jax.lax.Precision.HIGHEST)
     if op.num_shared_experts:
-        out = out + gated_ffn(op.activation, x, p["shared_gate"], p["shared_up"], p["shared_down"])
+        shared = gated_ffn(op.activation, x, p["shared_gate"], p["shared_up"], p["shared_down"])
+        if op.shared_expert_gate:       # Qwen3-Next: sigmoid(x . w) per token
+            shared = shared * jax.nn.sigmoid(matmul(x, p["shared_expert_gate"][:, None]))
+        out = out + shared
     return out
 
 

@@ -24,6 +24,8 @@ from megakernel.registry import Registry
 #             add reads that output (e.g. o_proj), else "matrix"
 #   "scale": 1 + 0.1 * normal (0.1 * normal when the norm has a +1 offset)
 #   "bias": 0.02 * normal;  "route_bias": 0.1 * normal;  "sink": normal
+#   "log_decay": -1 + 0.5 * normal;  "dt_bias": 0.5 * normal (Gated DeltaNet's
+#               A_log and dt_bias: per-token decays mostly 0.4..0.95)
 INIT: Registry[dict[str, tuple[str, int]]] = Registry("init", "models/weights.py")
 INIT.register("rmsnorm")({"weight": ("scale", 0)})
 INIT.register("linear")({"weight": ("writer", 0), "bias": ("bias", 0)})
@@ -33,6 +35,7 @@ INIT.register("moe")({
     "experts_gate": ("matrix", 1), "experts_up": ("matrix", 1),
     "experts_down": ("residual", 1), "shared_gate": ("matrix", 0),
     "shared_up": ("matrix", 0), "shared_down": ("residual", 0),
+    "shared_expert_gate": ("matrix", 0),
     "router_logit_bias": ("route_bias", 0), "experts_gate_bias": ("bias", 0),
     "experts_up_bias": ("bias", 0), "experts_down_bias": ("bias", 0)})
 INIT.register("attention")({"sinks": ("sink", 0)})
@@ -65,6 +68,10 @@ def _draw(rule: str, shape, fan_in: int, depth_scale: float, offset: bool,
         return 0.1 * z
     if rule == "sink":
         return z
+    if rule == "log_decay":
+        return -1.0 + 0.5 * z
+    if rule == "dt_bias":
+        return 0.5 * z
     raise AssertionError(rule)
 
 

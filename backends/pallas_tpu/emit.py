@@ -47,6 +47,10 @@ class StackCtx:
         self.multistep = plan.request.steps > 1
         self.start_ref = (plan.memory.buffer("step.start").ident if self.multistep
                           else "start_pos")
+        # Lines an emitter needs around the stack's loop: before it (e.g. the
+        # first repetition's state fetch) and after it (waits on its last writes).
+        self.before: list[str] = []
+        self.after: list[str] = []
 
     def stopped(self) -> str:
         """``, stopped=<ref>`` for a state op's library call in a multi-step call."""
@@ -190,9 +194,16 @@ def _moe(c: StackCtx, n) -> list[str]:
         lines += [c.linear("gate", x, f"{n.name}.shared_gate", width),
                   c.linear("up", x, f"{n.name}.shared_up", width),
                   f"act = rt.activation({literal(op.activation.value)}, gate) * up",
-                  c.linear("shared", "act", f"{n.name}.shared_down", c.shard.width(out)),
-                  f"{v(out)} = {v(out)} + shared"]
+                  c.linear("shared", "act", f"{n.name}.shared_down", c.shard.width(out))]
+        if op.shared_expert_gate:    # sigmoid(x . w) per row, x in the weight's dtype
+            lines.append(f"shared = shared * rt.row_gate({x}, "
+                         f"{c.vec(n.name + '.shared_expert_gate')}, {literal(model_dtype(c))})")
+        lines.append(f"{v(out)} = {v(out)} + shared")
     return lines
+
+
+def model_dtype(c: StackCtx) -> str:
+    return c.model.dtype.value
 
 
 @EMITTERS.register("add")
@@ -210,7 +221,7 @@ def stack_body(c: StackCtx) -> list[str]:
     lines = [f"# ---- stack {s}: layers {c.shard.start}..{c.shard.start + c.shard.layers - 1} "
              f"({declare.comment(c.layer.kind)}{body}) ----",
              f"vec_s{s} = rt.Vectors(({hbm}), ({bufs}), vec_sems, sync=SYNCHRONISED)",
-             f"vec_s{s}.start(0)", "", f"def layer_s{s}(k, carry):",
+             f"vec_s{s}.start(0)", "__BEFORE__", f"def layer_s{s}(k, carry):",
              f"    vec_s{s}.wait(k)", "", f"    @pl.when(k + 1 < {literal(count)})",
              "    def _():", f"        vec_s{s}.start(k + 1)", "",
              f"    {v(c.layer.input)} = residual[...]"]
@@ -220,8 +231,9 @@ def stack_body(c: StackCtx) -> list[str]:
         body = emitter(c, n) + c.reduce(n.name, n.outputs[0])
         lines += [f"    {line}" for line in body]
     lines += [f"    residual[...] = {v(c.layer.output)}", "    return carry", "",
-              f"jax.lax.fori_loop(0, {literal(count)}, layer_s{s}, 0)", ""]
-    return lines
+              f"jax.lax.fori_loop(0, {literal(count)}, layer_s{s}, 0)", *c.after, ""]
+    at = lines.index("__BEFORE__")
+    return lines[:at] + c.before + [""] + lines[at + 1:]
 
 
 def render(model, plan, *, synchronised: bool = False) -> str:

@@ -138,6 +138,13 @@ def activation(kind, x):
     return activations.apply(kind, x)
 
 
+def row_gate(x, w, dtype):
+    """sigmoid(x . w) per row, [rows, 1]: the reference's ``matmul(x, w[:, None])``
+    (x rounded to the weight dtype ``dtype``, f32 products and sum)."""
+    x = x.astype(jnp.dtype(dtype)).astype(jnp.float32)
+    return jax.nn.sigmoid(jnp.sum(x * w, axis=-1, keepdims=True))
+
+
 def softcap(x, cap):
     return activations.softcap(x, cap)
 

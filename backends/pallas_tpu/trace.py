@@ -58,7 +58,7 @@ class TraceResult:
 
 
 _KINDS = (("Stream.", "ring"), ("Vectors.", "vector"), ("gather_embedding", "embed"),
-          ("attention.py", "kv"), ("moe.py", "experts"))
+          ("attention.py", "kv"), ("moe.py", "experts"), ("gdn.py", "state"))
 
 
 def _kind(dma, ipc) -> str:

@@ -8,7 +8,7 @@ from dataclasses import fields
 import pytest
 
 from megakernel.errors import IRError
-from megakernel.ir.config import MLAConfig, ModelConfig, MoEConfig, build
+from megakernel.ir.config import LinearAttentionConfig, MLAConfig, ModelConfig, MoEConfig, build
 from megakernel.ir.graph import Layer, Model, OpNode
 from megakernel.ir.ops import OP_KINDS, RMSNorm, RopeScaling
 from megakernel.ir.serialize import model_from_json, model_to_json
@@ -36,6 +36,7 @@ VALID_OPS = {
     "rms_scale": dict(dim=64, offset=True),
     "mla": dict(num_heads=2, kv_lora_rank=32, nope_dim=16, rope_dim=8, v_head_dim=16,
                 scaling={"rope_type": "yarn", "factor": 4.0}, output_gate=True),
+    "gated_deltanet": dict(num_key_heads=2, num_value_heads=4, key_dim=16, value_dim=16),
 }
 
 
@@ -82,11 +83,24 @@ def _card():
     c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position": 64}
     c["sliding_window"] = 64
+    # a hybrid card, so the linear-attention fields are read too
+    c["layer_types"] = ["linear_attention", "full_attention", "full_attention"]
+    c["linear_attention"] = {"num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 64,
+                             "value_head_dim": 64, "conv_kernel": 4}
+    return c
+
+
+def _gqa_card():
+    """_card() without its linear-attention layers: every layer takes the
+    card's default mixer (MLA, where the card has an mla block)."""
+    c = _card()
+    del c["layer_types"], c["linear_attention"]
     return c
 
 
 CARD_FIELDS = ([f.name for f in fields(ModelConfig)]
                + [f"moe.{f.name}" for f in fields(MoEConfig)]
+               + [f"linear_attention.{f.name}" for f in fields(LinearAttentionConfig)]
                + [f"rope_scaling.{f.name}" for f in fields(RopeScaling)])
 
 
@@ -157,14 +171,14 @@ MLA_BLOCK = {"kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
 
 @pytest.mark.parametrize("field", [f.name for f in fields(MLAConfig)])
 def test_a_string_of_code_in_the_mla_block_is_refused(field):
-    card = {**_card(), "mla": {**MLA_BLOCK, field: HOSTILE}}
+    card = {**_gqa_card(), "mla": {**MLA_BLOCK, field: HOSTILE}}
     with pytest.raises(IRError) as info:
         build(card_from_json(json.dumps(card)))
     assert field in str(info.value)
 
 
 def test_an_mla_card_ir_file_refuses_code_in_every_mla_field():
-    card = {**_card(), "mla": MLA_BLOCK, "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+    card = {**_gqa_card(), "mla": MLA_BLOCK, "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
             "sliding_window": None}
     doc = json.loads(model_to_json(build(card_from_json(json.dumps(card)))))
     paths = [p for p in _ir_paths(doc) if "op" in p[0] and p[0][-1] != "kind"]

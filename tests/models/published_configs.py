@@ -210,3 +210,56 @@ KIMI_K2 = {
     "torch_dtype": "bfloat16", "transformers_version": "4.48.3", "use_cache": True,
     "v_head_dim": 128, "vocab_size": 163840,
 }
+# Qwen/Qwen3.5-27B: the vision-language config (5.x form); its text model is the zoo card.
+QWEN3_5_27B = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+    "image_token_id": 248056, "video_token_id": 248057, "vision_start_token_id": 248053,
+    "vision_end_token_id": 248054, "tie_word_embeddings": False,
+    "transformers_version": "4.57.0.dev0",
+    "text_config": {
+        "attention_bias": False, "attention_dropout": 0.0, "attn_output_gate": True,
+        "bos_token_id": None, "dtype": "bfloat16", "eos_token_id": 248044,
+        "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu",
+        "hidden_size": 5120, "initializer_range": 0.02, "intermediate_size": 17408,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"] * 1,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 48, "linear_value_head_dim": 128, "mamba_ssm_dtype": "float32",
+        "max_position_embeddings": 262144, "mlp_only_layers": [], "model_type": "qwen3_5_text",
+        "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False,
+        "num_attention_heads": 24, "num_hidden_layers": 64, "num_key_value_heads": 4,
+        "pad_token_id": None, "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"mrope_interleaved": True, "mrope_section": [11, 11, 10],
+                            "partial_rotary_factor": 0.25, "rope_theta": 10000000,
+                            "rope_type": "default"},
+        "tie_word_embeddings": False, "use_cache": True, "vocab_size": 248320,
+    },
+    "vision_config": {
+        "deepstack_visual_indexes": [], "depth": 27, "hidden_act": "gelu_pytorch_tanh",
+        "hidden_size": 1152, "in_channels": 3, "initializer_range": 0.02,
+        "intermediate_size": 4304, "model_type": "qwen3_5", "num_heads": 16,
+        "num_position_embeddings": 2304, "out_hidden_size": 5120, "patch_size": 16,
+        "spatial_merge_size": 2, "temporal_patch_size": 2,
+    },
+}
+QWEN3_5_27B["text_config"]["layer_types"] *= 16
+
+# Qwen/Qwen3-Next-80B-A3B-Instruct (4.x form).
+QWEN3_NEXT_80B_A3B = {
+    "architectures": ["Qwen3NextForCausalLM"], "attention_bias": False,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1,
+    "eos_token_id": 151645, "full_attention_interval": 4, "head_dim": 256,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 5120, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+    "max_position_embeddings": 262144, "mlp_only_layers": [], "model_type": "qwen3_next",
+    "moe_intermediate_size": 512, "norm_topk_prob": True, "num_attention_heads": 16,
+    "num_experts": 512, "num_experts_per_tok": 10, "num_hidden_layers": 48,
+    "num_key_value_heads": 2, "output_router_logits": False, "partial_rotary_factor": 0.25,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 10000000,
+    "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 512,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.57.0.dev0", "use_cache": True, "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+HYBRID_SOURCES = {"qwen3.5-27b": QWEN3_5_27B, "qwen3-next-80b-a3b": QWEN3_NEXT_80B_A3B}

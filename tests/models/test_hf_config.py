@@ -10,7 +10,7 @@ from megakernel.errors import ConfigError
 from megakernel.ir.config import build
 from megakernel.models import zoo
 from megakernel.models.hf import from_hf
-from published_configs import QWEN2_5_7B, ZOO_SOURCES
+from published_configs import HYBRID_SOURCES, QWEN2_5_7B, ZOO_SOURCES
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf"
 
@@ -32,6 +32,14 @@ _FLOAT32_PUBLISHED = {"gemma-2-2b", "olmo-2-7b"}
 def test_published_config_imports_to_the_zoo_card(name):
     dtype = "bfloat16" if name in _FLOAT32_PUBLISHED else None
     assert from_hf(ZOO_SOURCES[name], name=name, dtype=dtype) == zoo.card(name)
+
+
+@pytest.mark.parametrize("name", sorted(HYBRID_SOURCES))
+def test_published_hybrid_config_imports_to_the_zoo_card(name):
+    """Qwen3.5-27B's vision-language config and Qwen3-Next's 4.x config; the zoo
+    cards size the caches for a 4096-token serving context."""
+    card = from_hf(HYBRID_SOURCES[name], name=name, max_seq_len=4096)
+    assert card == zoo.card(name)
 
 
 def test_qwen2_has_qkv_bias_and_published_size():

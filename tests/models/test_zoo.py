@@ -41,11 +41,6 @@ PUBLISHED_ROUNDED = {
 }
 
 
-def test_names_cover_the_zoo():
-    assert set(zoo.names()) == {"tiny-dense", "tiny-moe", *PUBLISHED_PARAMS,
-                                *PUBLISHED_ROUNDED}
-
-
 def _activated(model) -> int:
     """Weights one token reads: every weight, but of each MoE only top_k of its
     num_experts routed experts."""
@@ -71,6 +66,33 @@ def test_rounded_published_totals(name):
     assert abs(_activated(model) / active - 1) < 0.03
 
 
+# Hybrid models whose published totals are rounded (or count more than the text
+# model): (text-model count, published figure and what it counts, tolerance).
+QWEN3_5_27B_VISION = 460_730_096     # from the published vision_config (27 ViT blocks, merger)
+QWEN3_5_27B_MTP = 424_699_392        # one full-attention MTP layer, its fc and norms
+HYBRID_PARAMS = {"qwen3.5-27b": 26_895_998_464, "qwen3-next-80b-a3b": 79_674_391_296}
+
+
+def test_names_cover_the_zoo():
+    assert set(zoo.names()) == {"tiny-dense", "tiny-moe", *PUBLISHED_PARAMS, *PUBLISHED_ROUNDED,
+                                *HYBRID_PARAMS}
+
+
+@pytest.mark.parametrize("name", sorted(HYBRID_PARAMS))
+def test_hybrid_parameter_count_matches_published_totals(name):
+    count = zoo.model(name).param_count
+    assert count == HYBRID_PARAMS[name]
+    if name == "qwen3.5-27b":
+        # The text model alone is published as 26.9B (GGUF listings); the
+        # vision-language checkpoint's safetensors index says total_size
+        # 55.56 GB of bf16, i.e. 27.78B with the vision tower and the MTP layer.
+        assert round(count / 1e8) == 269
+        assert round((count + QWEN3_5_27B_VISION + QWEN3_5_27B_MTP) / 1e7) == 2778
+    else:
+        # "80B in total" (model card); the checkpoint adds an MTP layer, not counted here.
+        assert round(count / 1e9) == 80
+
+
 @pytest.mark.parametrize("name", zoo.names())
 def test_every_card_builds(name):
     model = zoo.model(name)
@@ -84,7 +106,7 @@ def test_parameter_count_matches_published_total(name):
     assert zoo.model(name).param_count == PUBLISHED_PARAMS[name]
 
 
-@pytest.mark.parametrize("name", sorted({*PUBLISHED_PARAMS, *PUBLISHED_ROUNDED}))
+@pytest.mark.parametrize("name", sorted({*PUBLISHED_PARAMS, *PUBLISHED_ROUNDED, *HYBRID_PARAMS}))
 def test_real_models_are_bf16_with_a_serving_context(name):
     card = zoo.card(name)
     assert card.dtype == "bfloat16" and card.max_seq_len == 4096
