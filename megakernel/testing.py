@@ -142,71 +142,38 @@ class CaseResult:
         return self.token_agreement == 1.0 and self.max_rel_err <= self.tolerance
 
 
-_MODULES: dict = {}
-_RUNNERS: dict = {}
-_KERNELS: list = []   # the one temporary folder of this process's cached kernels
+# Plans, weights, kernels and runners are shared by the cases of a test, by
+# plan digest (megakernel/kernel_cache.py); check_hf_fixture uses the modules.
+from megakernel.kernel_cache import kernel_module as _kernel_module  # noqa: E402
 
 
-def _kernels_dir():
-    """A temporary folder for the cached kernels, removed when the process exits:
-    the modules stay imported (and their files readable, for error locations)
-    while it runs, and no folder is left behind."""
-    import atexit
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    if not _KERNELS:
-        _KERNELS.append(Path(tempfile.mkdtemp(prefix="megakernel-cases-")))
-        atexit.register(shutil.rmtree, _KERNELS[0], ignore_errors=True)
-    return _KERNELS[0]
-
-
-def _kernel_module(model, plan, fault: str | None):
-    """Compile (once per plan digest and fault) and import the kernel module."""
-    import tempfile
-    from pathlib import Path
-
-    from megakernel.backends.pallas_tpu import compile_model, load
-
-    key = (plan.digest(), fault)
-    if key not in _MODULES:
-        path = Path(compile_model(model, plan, tempfile.mkdtemp(dir=_kernels_dir())))
-        if fault is not None:
-            _, old, new = FAULTS[fault]
-            text = path.read_text()
-            if old not in text:
-                raise ValueError(f"fault {fault!r} does not apply to this kernel")
-            path.write_text(text.replace(old, new))
-        _MODULES[key] = load.import_module(path)
-    return _MODULES[key]
-
-
-def check_case(model, case: DecodeCase, *, devices: int = 1, seed: int = 0,
-               fault: str | None = None) -> CaseResult:
+def check_case(model, case: DecodeCase, *, devices: int | None = None, seed: int = 0,
+               fault: str | None = None, mesh=None) -> CaseResult:
     """Prefill with the reference, decode ``case`` through the generated kernel in
-    interpret mode, and compare tokens and logits with the reference."""
+    interpret mode on ``devices`` cores (default: ``mesh``'s size, else 1), and
+    compare tokens and logits with the reference.
+
+    The set-up is checked first (enough devices, a model that plans for them):
+    a SetupError naming the fix, never a counterexample (megakernel/preflight.py)."""
     import jax.numpy as jnp
 
+    from megakernel import kernel_cache, preflight
     from megakernel.backends.pallas_tpu import run
-    from megakernel.compiler.pipeline import plan_model
     from megakernel.models import reference
-    from megakernel.models.weights import init_weights
 
+    devices = devices or (mesh.devices.size if mesh is not None else 1)
+    preflight.require_devices(devices, mesh=mesh)
+    preflight.require_plan(model, devices)
     b, t = case.tokens.shape
-    plan = plan_model(model, devices=devices, batch=b, tokens=t)
-    weights = init_weights(model, seed)
-    w = reference.as_jax(weights)
+    plan = kernel_cache.plan(model, devices, b, t)
+    _, w = kernel_cache.weights(model, seed)
     caches = reference.init_caches(model, b)
     _, caches = reference.decode_step_jit(model, w, jnp.asarray(case.prompt),
                                           jnp.zeros((b,), jnp.int32), caches)
     # One runner per plan: its jitted step and packed weights are reused, so a
     # shrinking search costs one interpret-mode call per case.
-    key = (plan.digest(), fault, seed)
-    if key not in _RUNNERS:
-        _RUNNERS[key] = run.KernelRunner(_kernel_module(model, plan, fault), model, plan,
-                                         weights, run.make_mesh(devices), run.interpret_params())
-    runner = _RUNNERS[key]
+    runner = kernel_cache.runner(model, plan, seed, fault,
+                                 mesh if mesh is not None else run.make_mesh(devices))
     runner.set_caches({k: np.asarray(v) for k, v in caches.items()})
     ref_logits, _ = reference.decode_step_jit(model, w, jnp.asarray(case.tokens),
                                               jnp.asarray(case.start), caches)
@@ -225,46 +192,12 @@ def assert_case(model, case: DecodeCase, **kw) -> None:
                        f"{case.start.tolist()} tokens={case.tokens.tolist()}")
 
 
-def check_examples(model, *, examples: int = 10, devices: int = 1, max_batch: int = 4,
-                   max_tokens: int = 2, fault: str | None = None,
-                   shrink_budget: int = 25) -> str:
-    """Property-check ``examples`` drawn cases; a failure raises CheckError with
-    hypothesis' shrunk counterexample in the message.
+def check_examples(model, **kw) -> str:
+    """The CLI's ``check --examples``: ``megakernel.properties.check_examples``
+    (hypothesis seeded by ``seed=``; the shrunk counterexample as a CheckError)."""
+    from megakernel.properties import check_examples as run_examples
 
-    Each case is an interpret-mode kernel run, so shrinking gets a budget: after
-    ``shrink_budget`` tries past the first failure, only the smallest failure
-    found so far still fails, which ends the search there."""
-    from hypothesis import given, settings
-
-    from megakernel.errors import CheckError
-
-    seen: list[str] = []
-    state = {"tries": 0, "best": None}
-
-    def key(case):
-        return (case.batch, case.tokens.shape[1], case.start.tolist(), case.tokens.tolist())
-
-    @settings(max_examples=examples, deadline=None, database=None, print_blob=False)
-    @given(decode_cases(model, max_batch=max_batch, max_tokens=max_tokens,
-                        max_context=min(model.max_seq_len, 64)))
-    def prop(case):
-        if state["best"] is not None:
-            state["tries"] += 1
-            if state["tries"] > shrink_budget and key(case) != state["best"]:
-                return
-        try:
-            assert_case(model, case, devices=devices, fault=fault)
-        except AssertionError:
-            if state["best"] is None or key(case) < state["best"]:
-                state["best"] = key(case)
-            raise
-        seen.append(f"B={case.batch} T={case.tokens.shape[1]} start={case.start.tolist()}")
-
-    try:
-        prop()
-    except AssertionError as err:
-        raise CheckError(f"counterexample after shrinking: {err}", path=model.name) from None
-    return f"{len(seen)} drawn case(s) agree with the reference:\n  " + "\n  ".join(seen)
+    return run_examples(model, **kw)
 
 
 def check_hf_fixture(folder, *, devices: int = 1) -> list[tuple[str, float]]:
