@@ -10,7 +10,7 @@ TPU7x topology within the VMEM limit.
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 
 from megakernel import preflight
 from megakernel.errors import CheckError
@@ -34,9 +34,13 @@ def decode_property(model, *, devices: int = 1, examples: int = 10, max_batch: i
     def key(case):
         return (case.batch, case.tokens.shape[1], case.start.tolist(), case.tokens.tolist())
 
-    # database=None: a run depends on its seed alone, never on failures saved
-    # by earlier runs, so the CLI and pytest draw alike.
-    @settings(max_examples=examples, deadline=None, database=None, print_blob=False)
+    # Everything that steers the search is fixed here, not taken from the
+    # current profile, so the CLI and a pytest run draw alike: no database (a
+    # run depends on its seed alone, never on failures saved by earlier runs),
+    # no explain phase (more runs after shrinking, which the budget ends anyway).
+    @settings(max_examples=examples, deadline=None, database=None, print_blob=False,
+              derandomize=False, backend="hypothesis", report_multiple_bugs=False,
+              phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink))
     @given(decode_cases(model, max_batch=max_batch, max_tokens=max_tokens,
                         max_context=context))
     def decode_property_test(case):

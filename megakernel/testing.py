@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from megakernel.ir.config import MoEConfig, ModelConfig
+from megakernel.strategies import model_graphs, with_features  # noqa: F401 - model_graphs re-exported
 
 
 @st.composite
@@ -36,9 +37,11 @@ def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
 @st.composite
 def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512),
                   moe: bool | None = None, dtype: str | None = None,
-                  cores: int = 1) -> ModelConfig:
+                  cores: int = 1, without=(), require=()) -> ModelConfig:
     """A valid card: dense or MoE (``moe=None`` draws either), 1..max_layers layers,
-    with query heads that split evenly over ``cores`` TensorCores."""
+    with query heads that split evenly over ``cores`` TensorCores. Every feature of
+    ``megakernel.strategies.FEATURES`` may be drawn; ``without`` / ``require`` name
+    features never / always used (``without="moe"``, ``require=("layer_pattern",)``)."""
     hidden = draw(st.sampled_from(hidden_sizes))
     kv_heads = draw(st.sampled_from([1, 2, 4]))
     q_heads = draw(st.sampled_from([kv_heads * g for g in (1, 2, 4, 8)
@@ -52,7 +55,7 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
     scaling = draw(st.sampled_from([None, {"rope_type": "llama3", "factor": 8.0,
                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                            "original_max_position": 64}]))
-    return ModelConfig(
+    card = ModelConfig(
         name="drawn",
         vocab_size=draw(st.sampled_from([256, 512])),
         hidden_size=hidden,
@@ -76,6 +79,8 @@ def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512
         moe=moe_cfg,
         first_k_dense=first_k_dense,
     )
+    # The features the table draws or restricts (megakernel/strategies.py).
+    return draw(with_features(card, cores=cores, without=without, require=require))
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,11 @@ def decode_cases(draw, model, *, max_batch: int = 8, max_tokens: int = 4,
     ctx = min(max_context or model.max_seq_len, model.max_seq_len) - t
     start = np.array(draw(st.lists(st.integers(0, max(ctx, 0)), min_size=b, max_size=b)),
                      np.int32)
-    seed = draw(st.integers(0, 2**31 - 1))
-    rng = np.random.default_rng(seed)
+    # The token seed as four numbers below 100: hypothesis sometimes draws an
+    # integer from the constants of the local modules loaded, and leaves out
+    # those below 100, so the draw of a seeded run does not depend on which
+    # modules the process loaded (the CLI's or pytest's; docs/property-testing.md).
+    rng = np.random.default_rng(draw(st.lists(st.integers(0, 99), min_size=4, max_size=4)))
     # A fixed prompt length (positions past start[b] are overwritten by the new
     # tokens or masked as the future), so every draw reuses one compiled prefill.
     prompt = rng.integers(0, model.vocab_size, (b, max(ctx, 1)), dtype=np.int32)
