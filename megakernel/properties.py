@@ -10,6 +10,8 @@ TPU7x topology within the VMEM limit.
 
 from __future__ import annotations
 
+import sys
+
 from hypothesis import Phase, given, settings
 
 from megakernel import preflight
@@ -22,7 +24,8 @@ def decode_property(model, *, devices: int = 1, examples: int = 10, max_batch: i
                     fault: str | None = None, shrink_budget: int = 25):
     """A hypothesis test (no arguments) that checks ``examples`` drawn decode cases of
     ``model`` on ``devices`` cores; assign it to a ``test_`` name in a pytest file,
-    or call it. Its ``passed`` list names the cases that passed.
+    or call it. Its ``passed`` list names the cases that passed; under pytest it is
+    marked ``mk_devices(devices)``.
 
     Each case is an interpret-mode kernel run, so shrinking gets a budget: after
     ``shrink_budget`` tries past the first failure, only the smallest failure
@@ -58,6 +61,11 @@ def decode_property(model, *, devices: int = 1, examples: int = 10, max_batch: i
             f"B={case.batch} T={case.tokens.shape[1]} start={case.start.tolist()}")
 
     decode_property_test.passed = []
+    # In a pytest file, the plugin then makes the devices the test needs
+    # (megakernel/pytest_plugin.py); where pytest is not loaded, nothing would read it.
+    pytest = sys.modules.get("pytest")
+    if pytest is not None:
+        pytest.mark.mk_devices(devices)(decode_property_test)
     return decode_property_test
 
 
