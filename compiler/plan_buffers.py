@@ -51,9 +51,13 @@ def sized(name: str, space: Space, kind: Kind, shape, dtype: str, first: int, la
           note: str = "", role: str = "scratch") -> Buffer:
     """A buffer with its tile-padded size (SMEM: 32-bit words; semaphores: 0)."""
     shape = tuple(shape)
-    nbytes = {Space.VMEM: lambda: padded_bytes(shape, dtype), Space.HBM: lambda: padded_bytes(
-        shape, dtype), Space.SMEM: lambda: smem_bytes(shape, dtype),
-        Space.SEMAPHORE: lambda: 0}[space]()
+    # (if/else, not a dict of lambdas: the geometry search calls this ~10^4 times)
+    if space is Space.SMEM:
+        nbytes = smem_bytes(shape, dtype)
+    elif space is Space.SEMAPHORE:
+        nbytes = 0
+    else:                                   # VMEM and HBM: tile-padded
+        nbytes = padded_bytes(shape, dtype)
     return Buffer(name, space, kind, shape, dtype, nbytes, first, last, note, role)
 
 
@@ -105,7 +109,7 @@ def _attention(cx: OpCtx, node) -> OpLayout:
         batch=cx.request.batch, tokens=cx.request.tokens, rows_padded=cx.rows_padded,
         q_heads=q_l, kv_heads=kv_l, head_dim=op.head_dim, kv_tile=k.kv_tile,
         max_seq_len=cx.model.max_seq_len, scale=op.softmax_scale, window=op.sliding_window,
-        cache_dtype=k.dtype)
+        cache_dtype=k.dtype, softcap=op.logit_softcap, sinks=op.sinks)
     return OpLayout("attention", g, attention.buffers(g), Kind.KV_TILES,
                     attention.value_bytes(g))
 
@@ -120,7 +124,9 @@ def _moe(cx: OpCtx, node) -> OpLayout:
         num_experts=op.num_experts, experts_local=local, inter_local=width, top_k=op.top_k,
         scoring=op.scoring.value, correction_bias=op.correction_bias,
         renormalize=op.renormalize, routed_scaling=op.routed_scaling,
-        activation=op.activation.value, slots=es.slots, dtype=es.dtype, chunk=es.chunk)
+        activation=op.activation.value, slots=es.slots, dtype=es.dtype, chunk=es.chunk,
+        router_logit_bias=op.router_logit_bias, expert_bias=op.expert_bias,
+        swiglu_limit=op.swiglu_limit, swiglu_alpha=op.swiglu_alpha)
     return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS, moe.value_bytes(g, cx.ss, node))
 
 

@@ -286,6 +286,10 @@ def _attention(ls: LayerSharding, node: OpNode):
                                 "per-head ops only", path="inputs")
     kv_local = max(op.num_kv_heads // ls.cores, 1)
     ls.heads.append((node.name, op.num_q_heads // ls.cores, kv_local, rep))
+    if op.sinks:                                  # one logit per query head: split like q
+        per = op.num_q_heads // ls.cores
+        ls.param(node, "sinks", (op.num_q_heads,), (Split(0, ls.cores, 1, per, per),),
+                 "vector", "query heads")
     # K/V [B, S, Hkv, D]: the core's kv heads (axis 2), merged into lanes.
     heads = Split(2, kv.parts, kv.div, kv_local, kv_local)
     for name, spec in op.state(1, 1, ls.dtype).items():
@@ -369,9 +373,20 @@ def _moe(ls: LayerSharding, node: OpNode):
     ls.param(node, "router", (h, e), (), "ring", "replicated")
     if op.correction_bias:
         ls.param(node, "router_bias", (e,), (), "vector", "replicated", "float32")
+    if op.router_logit_bias:
+        ls.param(node, "router_logit_bias", (e,), (), "vector", "replicated")
     ls.param(node, "experts_gate", (e, h, i), (per, on_axis(width, 2)), "experts", role)
     ls.param(node, "experts_up", (e, h, i), (per, on_axis(width, 2)), "experts", role)
     ls.param(node, "experts_down", (e, i, h), (per, on_axis(width, 1)), "experts", role)
+    if op.expert_bias:
+        # Small [experts, width] tables, whole per layer: the kernel picks an
+        # expert's row by a masked sum, and adds the down bias on one core of
+        # each intermediate split only.
+        for part in ("gate", "up"):
+            ls.param(node, f"experts_{part}_bias", (e, i), (per, on_axis(width, 1)), "vector",
+                     role)
+        ls.param(node, "experts_down_bias", (e, h), (per,), "vector",
+                 f"experts over {ep} groups; added once per group")
     if op.num_shared_experts:
         s = lane_split(op.shared_width, ls.cores)
         ls.param(node, "shared_gate", (h, op.shared_width), (on_axis(s, 1),), "ring",

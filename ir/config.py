@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import ClassVar
+
+import numpy as np
 
 from megakernel.errors import IRError, error_context
 from megakernel.ir import limits, sizes
 from megakernel.ir.graph import Layer, Model, OpNode
-from megakernel.ir.kind_elementwise import Softcap
+from megakernel.ir.kind_elementwise import Scale, Softcap
+from megakernel.ir.kind_norm_parts import MeanSquare, RMSScale
 from megakernel.ir.ops import MLP, Add, Attention, Linear, MoE, Op, RMSNorm, Rope, RopeScaling
 from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
 from megakernel.ir.types import DType, TensorSpec
@@ -41,6 +45,11 @@ class MoEConfig:
     routed_scaling: AnyFloat = 1.0
     num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
     shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
+    # gpt-oss: biased router logits, biased experts, clamped SwiGLU (ir/ops.py MoE).
+    router_logit_bias: Bool = False
+    expert_bias: Bool = False
+    swiglu_limit: AnyFloat | None = None
+    swiglu_alpha: AnyFloat = 1.0
 
 
 @node
@@ -79,6 +88,22 @@ class ModelConfig:
     layer_types: tuple[Word, ...] | None = None
     # Gemma 2's final-logit soft-capping: logits -> cap * tanh(logits / cap).
     final_logit_softcap: AnyFloat | None = None
+    # Where each block's norms sit: ``pre_norms`` before attention and before
+    # the FFN (Llama); ``post_norms`` on the attention output and on the FFN
+    # output, before each residual add (both: Gemma 2/3; post only: OLMo 2).
+    pre_norms: Bool = True
+    post_norms: Bool = False
+    # Gemma: embedded tokens times sqrt(hidden_size), rounded to ``dtype``.
+    scale_embeddings: Bool = False
+    # Gemma 2: attention scores soft-capped, cap * tanh(scores / cap).
+    attn_logit_softcap: AnyFloat | None = None
+    # gpt-oss: a learned per-head logit in every softmax denominator.
+    attention_sinks: Bool = False
+    # Gemma 3: RoPE base of the sliding_attention layers (unscaled); the
+    # others use rope_theta and rope_scaling. None: all layers alike.
+    sliding_rope_theta: AnyFloat | None = None
+    # OLMo 2: q_norm / k_norm over the whole projection, all heads together.
+    qk_norm_all_heads: Bool = False
 
     def __post_init__(self):
         if self.moe is None and self.first_k_dense:
@@ -97,9 +122,18 @@ class ModelConfig:
             if unknown:
                 raise IRError(f"{unknown} are not mixers; known: {sorted(MIXERS.kinds())}",
                               path="layer_types")
-            if "sliding_attention" in self.layer_types and not self.sliding_window:
+            # `is None`: a 0 is a value, refused by the attention op that reads it.
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
                 raise IRError("names sliding_attention layers but sliding_window is not set",
                               path="layer_types", hint="set sliding_window")
+        if self.sliding_rope_theta is not None and "sliding_attention" not in (
+                self.layer_types or ()):
+            raise IRError("sliding_rope_theta is set but layer_types names no "
+                          "sliding_attention layer", path="sliding_rope_theta",
+                          hint="list the sliding layers in layer_types, or remove it")
+        if self.qk_norm_all_heads and not self.qk_norm:
+            raise IRError("qk_norm_all_heads is set but qk_norm is not", path="qk_norm_all_heads",
+                          hint="set qk_norm, or remove qk_norm_all_heads")
 
     def layer_kind(self, index: int) -> str:
         """The FFN of layer ``index``: its name in FFNS."""
@@ -122,7 +156,8 @@ class ModelConfig:
 
 # Op fields whose card field has another name: an op's error says which card
 # field to change (``layers.0.q_rope: theta: ... (set by the card's rope_theta)``).
-_CARD_FIELDS = {"eps": "norm_eps", "offset": "norm_offset", "theta": "rope_theta",
+_CARD_FIELDS = {"eps": "norm_eps", "offset": "norm_offset",
+                "theta": "rope_theta or sliding_rope_theta", "logit_softcap": "attn_logit_softcap",
                 "scaling": "rope_scaling", "bias": "qkv_bias or o_bias",
                 "hidden": "hidden_size", "intermediate": "intermediate_size",
                 "dim": "hidden_size or head_dim", "num_heads": "num_q_heads or num_kv_heads",
@@ -162,25 +197,44 @@ class LayerBuilder:
         return Layer(kind, tuple(self.nodes), tuple(self.tensors.values()), "x", output)
 
 
-def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window) -> str:
+def _norm(c: ModelConfig, dim: int):
+    return lambda: RMSNorm(dim, c.norm_eps, c.norm_offset)
+
+
+def _qk_norm(c: ModelConfig, b: LayerBuilder, t: str, which: str) -> str:
+    """Per-head norm, or (``qk_norm_all_heads``) one over the whole projection,
+    in two parts so that its mean of squares can be summed over cores."""
+    if not c.qk_norm_all_heads:
+        return b.add(f"{which}_norm", _norm(c, c.head_dim), (t,), f"{which}_normed")
+    width = b.tensors[t].shape[0]
+    ms = b.add(f"{which}_ms", lambda: MeanSquare(width), (t,), f"{which}_ms")
+    return b.add(f"{which}_norm", lambda: RMSScale(width, c.norm_eps, c.norm_offset), (t, ms),
+                 f"{which}_normed")
+
+
+def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window, local: bool) -> str:
     h, d = c.hidden_size, c.head_dim
     q_dim, kv_dim = c.num_q_heads * d, c.num_kv_heads * d
-    norm = lambda dim: lambda: RMSNorm(dim, c.norm_eps, c.norm_offset)  # noqa: E731
-    rope = lambda heads: lambda: Rope(heads, d, c.rope_theta, c.rotary_dim, c.rope_scaling)  # noqa: E731
+    theta, scaling = c.rope_theta, c.rope_scaling
+    if local and c.sliding_rope_theta is not None:
+        theta, scaling = c.sliding_rope_theta, None
+    rope = lambda heads: lambda: Rope(heads, d, theta, c.rotary_dim, scaling)  # noqa: E731
 
-    hn = b.add("input_norm", norm(h), (x,), "h_attn")
+    hn = b.add("input_norm", _norm(c, h), (x,), "h_attn") if c.pre_norms else x
     q = b.add("q_proj", lambda: Linear(h, q_dim, c.qkv_bias), (hn,), "q")
     k = b.add("k_proj", lambda: Linear(h, kv_dim, c.qkv_bias), (hn,), "k")
     v = b.add("v_proj", lambda: Linear(h, kv_dim, c.qkv_bias), (hn,), "v")
     if c.qk_norm:
-        q = b.add("q_norm", norm(d), (q,), "q_normed")
-        k = b.add("k_norm", norm(d), (k,), "k_normed")
+        q, k = _qk_norm(c, b, q, "q"), _qk_norm(c, b, k, "k")
     q = b.add("q_rope", rope(c.num_q_heads), (q,), "q_rot")
     k = b.add("k_rope", rope(c.num_kv_heads), (k,), "k_rot")
     o = b.add("attention", lambda: Attention(c.num_q_heads, c.num_kv_heads, d,
-                                             c.softmax_scale, window),
+                                             c.softmax_scale, window, c.attn_logit_softcap,
+                                             c.attention_sinks),
               (q, k, v), "attn")
     o = b.add("o_proj", lambda: Linear(q_dim, h, c.o_bias), (o,), "attn_out")
+    if c.post_norms:
+        o = b.add("post_attn_norm", _norm(c, h), (o,), "attn_normed")
     return b.add("attn_residual", Add, (x, o), "x_mid")
 
 
@@ -189,9 +243,9 @@ def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window) -> str:
 MIXERS: Registry = Registry("mixer", "ir/config.py", per_op_kind=False)
 MIXERS.register("full_attention")(
     ("", lambda c, b, x: _attention_block(c, b, x, c.sliding_window if c.layer_types is None
-                                          else None)))
+                                          else None, False)))
 MIXERS.register("sliding_attention")(
-    ("sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window)))
+    ("sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window, True)))
 
 
 def _mlp(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
@@ -204,7 +258,9 @@ def _moe(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
     return b.add("moe", lambda: MoE(c.hidden_size, m.num_experts, m.top_k,
                                     m.expert_intermediate, m.scoring, m.correction_bias,
                                     m.renormalize, m.routed_scaling, m.num_shared_experts,
-                                    m.shared_intermediate, c.activation), (hn,), "ffn_out")
+                                    m.shared_intermediate, c.activation, m.router_logit_bias,
+                                    m.expert_bias, m.swiglu_limit, m.swiglu_alpha),
+                 (hn,), "ffn_out")
 
 
 # The FFN table: a layer kind -> block builder (card, builder, normed input) -> output.
@@ -214,9 +270,12 @@ FFNS.register("moe")(_moe)
 
 
 def _ffn_block(c: ModelConfig, b: LayerBuilder, x: str, kind: str) -> str:
-    hn = b.add("post_norm", lambda: RMSNorm(c.hidden_size, c.norm_eps, c.norm_offset), (x,),
-               "h_ffn")
+    # "post_norm" is the norm after the attention block, before the FFN (HF's
+    # post_attention_layernorm in Llama); the FFN output's own is post_ffn_norm.
+    hn = b.add("post_norm", _norm(c, c.hidden_size), (x,), "h_ffn") if c.pre_norms else x
     f = FFNS(kind, "ffn")(c, b, hn)
+    if c.post_norms:
+        f = b.add("post_ffn_norm", _norm(c, c.hidden_size), (f,), "ffn_normed")
     return b.add("ffn_residual", Add, (x, f), "y")
 
 
@@ -246,6 +305,12 @@ def build(config: ModelConfig) -> Model:
     if config.final_logit_softcap is not None:
         with error_context("final_logit_softcap"):
             logit_ops = (Softcap(config.final_logit_softcap),)
+    dtype = DType.parse(config.dtype)
+    embed_ops = ()
+    if config.scale_embeddings:
+        # Gemma casts sqrt(hidden) to the weight dtype first: 59.87 -> 59.75 in bf16.
+        factor = float(np.asarray(math.sqrt(config.hidden_size), dtype.np))
+        embed_ops = (Scale(factor),)
     return Model(config.name, config.vocab_size, config.hidden_size, tuple(layers),
-                 final_norm, config.tie_embeddings, DType.parse(config.dtype),
-                 config.max_seq_len, logit_ops)
+                 final_norm, config.tie_embeddings, dtype, config.max_seq_len, logit_ops,
+                 embed_ops)

@@ -226,16 +226,22 @@ class Model:
     # Elementwise ops applied, in order, to the logits (e.g. Gemma 2's final
     # soft-capping); each maps [vocab] to [vocab].
     logit_ops: Annotated[tuple[Op, ...], Field(max_length=8)] = ()
+    # Elementwise ops applied, in order, to the embedded tokens before the
+    # first layer (e.g. Gemma's scale by sqrt(hidden)); each maps [hidden] to
+    # [hidden]. A tied LM head reads the embedding table without them.
+    embed_ops: Annotated[tuple[Op, ...], Field(max_length=8)] = ()
 
     def __post_init__(self):
         if not self.layers:
             raise IRError("a model needs at least one layer", path="layers")
-        for i, op in enumerate(self.logit_ops):
-            with error_context(f"logit_ops.{i}"):
-                if op.params(self.dtype) or op.infer(((self.vocab_size,),)) != (
-                        (self.vocab_size,),):
-                    raise IRError(f"{op.kind} is not a weightless op from [vocab] to [vocab]",
-                                  path="kind", hint="use scale, softcap or activation")
+        for where, ops, width in (("logit_ops", self.logit_ops, self.vocab_size),
+                                  ("embed_ops", self.embed_ops, self.hidden_size)):
+            for i, op in enumerate(ops):
+                with error_context(f"{where}.{i}"):
+                    if op.params(self.dtype) or op.infer(((width,),)) != ((width,),):
+                        raise IRError(f"{op.kind} is not a weightless op from [{width}] to "
+                                      f"[{width}]", path="kind",
+                                      hint="use scale, softcap or activation")
         for i, layer in enumerate(self.layers):
             shape = layer.tensor(layer.input).shape
             if shape != (self.hidden_size,):

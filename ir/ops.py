@@ -140,15 +140,22 @@ class Linear(Op):
 @node
 class RopeScaling:
     """Frequency scaling of rotary embeddings. ``llama3``: Llama 3.1+ smooth
-    wavelength-dependent scaling; ``linear``: positions divided by ``factor``."""
+    wavelength-dependent scaling; ``linear``: positions divided by ``factor``;
+    ``yarn``: YaRN's ramp between interpolated and original frequencies
+    (``beta_fast``/``beta_slow`` rotations, rounded outward when ``truncate``),
+    with cos and sin multiplied by ``attention_factor`` (0: 0.1 ln(factor) + 1)."""
 
-    rope_type: Literal["llama3", "linear"]
+    rope_type: Literal["llama3", "linear", "yarn"]
     factor: Float(*limits.ROPE_FACTOR, open_low=True)
     low_freq_factor: FreqFactor = 1.0
     high_freq_factor: FreqFactor = 4.0
     original_max_position: Positions = 8192
+    beta_fast: FreqFactor = 32.0
+    beta_slow: FreqFactor = 1.0
+    truncate: Bool = True
+    attention_factor: Float(0.0, limits.ROPE_FACTOR[1]) = 0.0
 
-    SUPPORTED: ClassVar[tuple[str, ...]] = ("llama3", "linear")
+    SUPPORTED: ClassVar[tuple[str, ...]] = ("llama3", "linear", "yarn")
 
     def __post_init__(self):
         if self.rope_type == "llama3" and not self.high_freq_factor > self.low_freq_factor:
@@ -186,6 +193,8 @@ class Rope(Op):
             return inv
         if s.rope_type == "linear":
             return inv / s.factor
+        if s.rope_type == "yarn":
+            return _yarn_inv_freq(inv, s, rd, self.theta)
         # llama3: long wavelengths slowed by `factor`, short ones kept, a smooth
         # blend in between (Llama 3.1 reference implementation's equations).
         wavelen = 2 * math.pi / inv
@@ -197,9 +206,37 @@ class Rope(Op):
         return np.where(wavelen > low_wl, inv / s.factor,
                         np.where(wavelen < high_wl, inv, blended))
 
+    def attention_factor(self) -> float:
+        """What cos and sin are multiplied by (YaRN's attention scaling; else 1)."""
+        s = self.scaling
+        if s is None or s.rope_type != "yarn":
+            return 1.0
+        if s.attention_factor:
+            return s.attention_factor
+        return 0.1 * math.log(s.factor) + 1.0 if s.factor > 1 else 1.0
+
     def infer(self, inputs):
         _expect_shapes(self, inputs, ((self.num_heads * self.head_dim,),))
         return inputs
+
+
+def _yarn_inv_freq(inv: np.ndarray, s: RopeScaling, rd: int, theta: float) -> np.ndarray:
+    """YaRN (transformers' _compute_yarn_parameters): pair i keeps its frequency
+    below rotation count ``beta_fast``'s dimension, is divided by ``factor``
+    above ``beta_slow``'s, and is blended linearly in between."""
+    def dim_of(rotations: float) -> float:
+        return rd * math.log(s.original_max_position / (rotations * 2 * math.pi)) / (
+            2 * math.log(theta))
+
+    lo, hi = dim_of(s.beta_fast), dim_of(s.beta_slow)
+    if s.truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, rd - 1)
+    if lo == hi:
+        hi += 0.001         # as transformers does, so the ramp has a width
+    ramp = np.clip((np.arange(rd // 2, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
+    keep = 1.0 - ramp       # 1: original frequency (extrapolation), 0: interpolated
+    return inv / s.factor * (1.0 - keep) + inv * keep
 
 
 @node
@@ -208,7 +245,10 @@ class Attention(Op):
 
     Inputs q [Hq*D], k [Hkv*D], v [Hkv*D] per token; the new k, v are written to
     the cache at positions p..p+T-1 first, then every query attends to cache
-    positions j <= its own (and j > pos - sliding_window when set)."""
+    positions j <= its own (and j > pos - sliding_window when set).
+    ``logit_softcap`` c: scaled scores s become c * tanh(s / c) before the mask
+    (Gemma 2). ``sinks``: a learned logit per query head joins the softmax's
+    denominator only, ``p_j = e^s_j / (sum_k e^s_k + e^sink)`` (gpt-oss)."""
 
     kind: ClassVar[str] = "attention"
     num_q_heads: Heads
@@ -216,6 +256,8 @@ class Attention(Op):
     head_dim: HeadDim
     softmax_scale: Float(*limits.SOFTMAX_SCALE) = 0.0   # 0 means 1/sqrt(head_dim)
     sliding_window: Positions | None = None
+    logit_softcap: Float(0.0, limits.MAX_SCALE, open_low=True) | None = None
+    sinks: Bool = False
 
     def __post_init__(self):
         if self.num_q_heads % self.num_kv_heads:
@@ -227,6 +269,9 @@ class Attention(Op):
     @property
     def group_size(self) -> int:
         return self.num_q_heads // self.num_kv_heads
+
+    def params(self, dtype):
+        return {"sinks": ParamSpec((self.num_q_heads,), dtype)} if self.sinks else {}
 
     def state(self, batch, max_seq_len, dtype):
         rows = StateSpec((batch, max_seq_len, self.num_kv_heads, self.head_dim), dtype, APPEND)
@@ -276,6 +321,10 @@ class MoE(Op):
     are renormalised to sum 1 when ``renormalize``, then multiplied by
     ``routed_scaling``. ``num_shared_experts`` always-on experts of
     ``shared_intermediate`` each are added (stored as one MLP of their total width).
+    gpt-oss's variant: ``router_logit_bias`` adds a learned bias to the router
+    logits (selection and weights alike); ``expert_bias`` gives each expert
+    biases on gate, up and down; ``swiglu_limit`` L replaces act(g) * u by
+    (clip(u, -L, L) + 1) * min(g, L) * sigmoid(swiglu_alpha * min(g, L)).
     """
 
     kind: ClassVar[str] = "moe"
@@ -290,6 +339,10 @@ class MoE(Op):
     num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
     shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
     activation: Activation = Activation.SILU
+    router_logit_bias: Bool = False
+    expert_bias: Bool = False
+    swiglu_limit: Float(0.0, limits.MAX_SCALE, open_low=True) | None = None
+    swiglu_alpha: Float(0.0, limits.MAX_SCALE, open_low=True) = 1.0
 
     def __post_init__(self):
         if self.top_k > self.num_experts:
@@ -297,6 +350,12 @@ class MoE(Op):
         if self.num_shared_experts and not self.shared_intermediate:
             raise _fail("shared_intermediate", f"shared_intermediate=0 with "
                         f"num_shared_experts={self.num_shared_experts}: expected >= 1")
+        if self.swiglu_limit is not None and self.activation != Activation.SILU:
+            raise _fail("swiglu_limit", f"swiglu_limit={self.swiglu_limit} needs activation="
+                        f"'silu', found {self.activation.value!r}")
+        if self.swiglu_limit is None and self.swiglu_alpha != 1.0:
+            raise _fail("swiglu_alpha", f"swiglu_alpha={self.swiglu_alpha} is only used "
+                        "with swiglu_limit (the clamped SwiGLU); set both or neither")
 
     @property
     def shared_width(self) -> int:
@@ -307,9 +366,15 @@ class MoE(Op):
         p = {"router": ParamSpec((h, e), dtype)}
         if self.correction_bias:
             p["router_bias"] = ParamSpec((e,), DType.F32)
+        if self.router_logit_bias:
+            p["router_logit_bias"] = ParamSpec((e,), dtype)
         p.update(experts_gate=ParamSpec((e, h, i), dtype),
                  experts_up=ParamSpec((e, h, i), dtype),
                  experts_down=ParamSpec((e, i, h), dtype))
+        if self.expert_bias:
+            p.update(experts_gate_bias=ParamSpec((e, i), dtype),
+                     experts_up_bias=ParamSpec((e, i), dtype),
+                     experts_down_bias=ParamSpec((e, h), dtype))
         if self.num_shared_experts:
             s = self.shared_width
             p.update(shared_gate=ParamSpec((h, s), dtype), shared_up=ParamSpec((h, s), dtype),

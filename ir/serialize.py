@@ -73,6 +73,7 @@ class _ModelDoc(TypedDict):
     layer_defs: _list(_LayerDoc, limits.MAX_LAYER_DEFS, 1)
     layers: _list(Int(0, limits.MAX_LAYER_DEFS - 1), limits.MAX_LAYERS, 1)
     logit_ops: NotRequired[_list(dict[str, Any], 8)]
+    embed_ops: NotRequired[_list(dict[str, Any], 8)]
 
 
 def layer_to_dict(layer: Layer) -> dict[str, Any]:
@@ -122,6 +123,7 @@ def model_to_dict(model: Model) -> dict[str, Any]:
         "layer_defs": [layer_to_dict(layer) for layer in defs],
         "layers": refs,
         **({"logit_ops": [op.to_dict() for op in model.logit_ops]} if model.logit_ops else {}),
+        **({"embed_ops": [op.to_dict() for op in model.embed_ops]} if model.embed_ops else {}),
     }
 
 
@@ -150,13 +152,15 @@ def model_from_dict(data: dict[str, Any]) -> Model:
     sizes.check_fits(sizes.of_layers(data["name"], data["vocab_size"], data["hidden_size"],
                                      layers, data["tie_embeddings"], dtype,
                                      data["max_seq_len"]), path="model")
-    logit_ops = []
-    for i, op in enumerate(data.get("logit_ops", ())):
-        with error_context(f"logit_ops.{i}"):
-            logit_ops.append(op_from_dict(op))
+    extra = {}
+    for key in ("logit_ops", "embed_ops"):
+        ops = []
+        for i, op in enumerate(data.get(key, ())):
+            with error_context(f"{key}.{i}"):
+                ops.append(op_from_dict(op))
+        extra[key] = tuple(ops)
     return Model(data["name"], data["vocab_size"], data["hidden_size"], tuple(layers),
-                 final_norm, data["tie_embeddings"], dtype, data["max_seq_len"],
-                 tuple(logit_ops))
+                 final_norm, data["tie_embeddings"], dtype, data["max_seq_len"], **extra)
 
 
 def model_to_json(model: Model) -> str:

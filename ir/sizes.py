@@ -44,13 +44,16 @@ def of_config(c: "ModelConfig") -> Sizes:
     item = DType.parse(c.dtype).itemsize
     h, d = c.hidden_size, c.head_dim
     q, kv = c.num_q_heads * d, c.num_kv_heads * d
-    attn = 2 * h + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
-    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + 2 * d * c.qk_norm
+    norms = 2 * h * (c.pre_norms + c.post_norms)
+    attn = norms + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
+    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + c.num_q_heads * c.attention_sinks
+    attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm
     dense = (attn + 3 * h * c.intermediate_size) * item
     moe, moe_layers = 0, 0
     if c.moe is not None:
         m = c.moe
-        routed = m.num_experts * (h + 3 * h * m.expert_intermediate)
+        i = m.expert_intermediate
+        routed = m.num_experts * (h + 3 * h * i + m.router_logit_bias + (2 * i + h) * m.expert_bias)
         shared = 3 * h * m.num_shared_experts * m.shared_intermediate
         # The router's correction bias is kept in float32 (MoE.params).
         moe = (attn + routed + shared) * item + 4 * m.num_experts * m.correction_bias

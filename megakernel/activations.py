@@ -48,6 +48,14 @@ def apply(kind, x):
     return fn(x)
 
 
+def clamped_swiglu(gate, up, limit: float, alpha: float):
+    """gpt-oss's gated unit: gate clamped above, up clamped both ways and
+    offset by 1, gate * sigmoid(alpha * gate) (transformers' GptOssExperts)."""
+    gate = jnp.minimum(gate, limit)
+    up = jnp.clip(up, -limit, limit)
+    return (up + 1.0) * (gate * jax.nn.sigmoid(gate * alpha))
+
+
 def softcap(x, cap: float):
     """cap * tanh(x / cap): Gemma 2's soft-capping, for the reference and the kernel."""
     return cap * jnp.tanh(x * (1.0 / cap))

@@ -1,6 +1,8 @@
 """Hypothesis strategies for users' (and our own) property tests.
 
-``model_configs()`` draws cards inside the supported space; ``decode_cases(model)``
+``model_configs()`` draws cards inside the supported space, over one table of
+features (megakernel/strategies.py), and ``model_graphs()`` built models with the
+op kinds no card writes (megakernel/graph_strategies.py); ``decode_cases(model)``
 draws batch size, tokens per step, start positions and token ids for a model.
 Sizes default to small values so each draw runs fast on a CPU.
 """
@@ -13,74 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from megakernel.ir.config import MoEConfig, ModelConfig
-from megakernel.strategies import model_graphs, with_features  # noqa: F401 - model_graphs re-exported
-
-
-@st.composite
-def moe_configs(draw, max_experts: int = 16) -> MoEConfig:
-    num_experts = draw(st.integers(4, max_experts))
-    shared = draw(st.integers(0, 1))
-    return MoEConfig(
-        num_experts=num_experts,
-        top_k=draw(st.integers(1, min(4, num_experts))),
-        expert_intermediate=draw(st.sampled_from([128, 256])),
-        scoring=draw(st.sampled_from(["softmax", "sigmoid"])),
-        correction_bias=draw(st.booleans()),
-        renormalize=draw(st.booleans()),
-        routed_scaling=draw(st.sampled_from([1.0, 2.5])),
-        num_shared_experts=shared,
-        shared_intermediate=128 if shared else 0,
-    )
-
-
-@st.composite
-def model_configs(draw, *, max_layers: int = 4, hidden_sizes=(128, 256, 384, 512),
-                  moe: bool | None = None, dtype: str | None = None,
-                  cores: int = 1, without=(), require=()) -> ModelConfig:
-    """A valid card: dense or MoE (``moe=None`` draws either), 1..max_layers layers,
-    with query heads that split evenly over ``cores`` TensorCores. Every feature of
-    ``megakernel.strategies.FEATURES`` may be drawn; ``without`` / ``require`` name
-    features never / always used (``without="moe"``, ``require=("layer_pattern",)``)."""
-    hidden = draw(st.sampled_from(hidden_sizes))
-    kv_heads = draw(st.sampled_from([1, 2, 4]))
-    q_heads = draw(st.sampled_from([kv_heads * g for g in (1, 2, 4, 8)
-                                    if (kv_heads * g) % cores == 0 and kv_heads * g <= 16]))
-    head_dim = draw(st.sampled_from([64, 128]))
-    num_layers = draw(st.integers(1, max_layers))
-    use_moe = draw(st.booleans()) if moe is None else moe
-    moe_cfg = draw(moe_configs()) if use_moe else None
-    first_k_dense = draw(st.integers(0, num_layers - 1)) if use_moe else 0
-    rotary = draw(st.sampled_from([0, head_dim // 2]))
-    scaling = draw(st.sampled_from([None, {"rope_type": "llama3", "factor": 8.0,
-                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                           "original_max_position": 64}]))
-    card = ModelConfig(
-        name="drawn",
-        vocab_size=draw(st.sampled_from([256, 512])),
-        hidden_size=hidden,
-        num_layers=num_layers,
-        num_q_heads=q_heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=draw(st.sampled_from([256, 512])),
-        activation=draw(st.sampled_from(["silu", "gelu", "gelu_tanh"])),
-        norm_eps=draw(st.sampled_from([1e-5, 1e-6])),
-        norm_offset=draw(st.booleans()),
-        rope_theta=draw(st.sampled_from([10000.0, 1e6])),
-        rotary_dim=rotary,
-        rope_scaling=scaling,
-        qkv_bias=draw(st.booleans()),
-        qk_norm=draw(st.booleans()),
-        sliding_window=draw(st.sampled_from([None, 4, 16])),
-        tie_embeddings=draw(st.booleans()),
-        dtype=dtype or draw(st.sampled_from(["float32", "bfloat16"])),
-        max_seq_len=64,
-        moe=moe_cfg,
-        first_k_dense=first_k_dense,
-    )
-    # The features the table draws or restricts (megakernel/strategies.py).
-    return draw(with_features(card, cores=cores, without=without, require=require))
+from megakernel.graph_strategies import model_graphs  # noqa: F401 - re-exported
+from megakernel.ir.config import ModelConfig
+from megakernel.strategies import moe_configs, model_configs  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,36 @@ NAMES: dict[str, dict[str, tuple[Source, ...]]] = {
          "down": "block_sparse_moe.experts.{e}.w2.weight"},
         ("block_sparse_moe.experts", "mlp.experts"))},
 }
+_GEMMA = {**_ATTN_MLP,
+          "post_norm.weight": (Source("pre_feedforward_layernorm.weight"),),
+          "post_attn_norm.weight": (Source("post_attention_layernorm.weight"),),
+          "post_ffn_norm.weight": (Source("post_feedforward_layernorm.weight"),)}
+NAMES.update({
+    "mistral": _ATTN_MLP,
+    "gemma2": _GEMMA,
+    "gemma3_text": _GEMMA,
+    "olmo2": {**_ATTN_MLP,
+              "post_attn_norm.weight": (Source("post_attention_layernorm.weight"),),
+              "post_ffn_norm.weight": (Source("post_feedforward_layernorm.weight"),)},
+    # Phi-3 fuses q|k|v and gate|up along the output rows: split at load.
+    "phi3": {**_ATTN_MLP,
+             **{f"{p}_proj.weight": (Source("self_attn.qkv_proj.weight", f"rows_{p}"),)
+                for p in "qkv"},
+             "mlp.gate": (Source("mlp.gate_up_proj.weight", "rows_gate"),),
+             "mlp.up": (Source("mlp.gate_up_proj.weight", "rows_up"),)},
+    # gpt-oss stores experts stacked and [in, out], gate and up interleaved
+    # along the columns (gate even, up odd), each with a bias.
+    "gpt_oss": {**_ATTN_MLP,
+                "attention.sinks": (Source("self_attn.sinks"),),
+                "moe.router": (Source("mlp.router.weight", "T"),),
+                "moe.router_logit_bias": (Source("mlp.router.bias"),),
+                "moe.experts_gate": (Source("mlp.experts.gate_up_proj", "even"),),
+                "moe.experts_up": (Source("mlp.experts.gate_up_proj", "odd"),),
+                "moe.experts_down": (Source("mlp.experts.down_proj"),),
+                "moe.experts_gate_bias": (Source("mlp.experts.gate_up_proj_bias", "even"),),
+                "moe.experts_up_bias": (Source("mlp.experts.gate_up_proj_bias", "odd"),),
+                "moe.experts_down_bias": (Source("mlp.experts.down_proj_bias"),)},
+})
 # Derived buffers some older checkpoints carry; recomputed from the config.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -109,6 +139,29 @@ def _fused_down(files: _Files, name: str, spec: ParamSpec) -> np.ndarray:
     if shape == (e, i, h):
         return files.get(name)
     raise _shape_error(name, shape, f"[E, H, I] = {[e, h, i]} or [E, I, H]")
+
+
+def _fused_rows(files: _Files, name: str, spec: ParamSpec, part: str) -> np.ndarray:
+    """One part of an HF [out, in] tensor fused along its rows, as IR [in, out]:
+    q | k | v (k and v equally wide) or gate | up (halves)."""
+    fan_in, width = spec.shape
+    rows, cols = files.shape(name)
+    if cols != fan_in:
+        raise _shape_error(name, (rows, cols), f"[rows, {fan_in}]")
+    start = {"q": 0, "k": rows - 2 * width, "v": rows - width, "gate": 0, "up": width}[part]
+    fits = {"gate": rows == 2 * width, "up": rows == 2 * width,
+            "q": rows > width and (rows - width) % 2 == 0}.get(part, rows > 2 * width)
+    if not fits:
+        raise _shape_error(name, (rows, cols), f"{part} rows of {width} within "
+                           + ("gate|up" if part in ("gate", "up") else "q|k|v"))
+    return files.get(name)[start:start + width].T
+
+
+def _interleaved(files: _Files, name: str, spec: ParamSpec, parity: int) -> np.ndarray:
+    """Columns ``parity::2`` of an [..., 2n] tensor whose last axis alternates two
+    parts (gpt-oss: gate even, up odd)."""
+    _expect(files, name, (*spec.shape[:-1], 2 * spec.shape[-1]))
+    return files.get(name)[..., parity::2]
 
 
 def _experts(files: _Files, name: str, spec: ParamSpec) -> np.ndarray:
@@ -140,6 +193,10 @@ _RULES = {
     "fused_gate": lambda f, n, s: _fused_gate_up(f, n, s, 0),
     "fused_up": lambda f, n, s: _fused_gate_up(f, n, s, 1),
     "fused_down": _fused_down,
+    **{f"rows_{p}": (lambda f, n, s, p=p: _fused_rows(f, n, s, p))
+       for p in ("q", "k", "v", "gate", "up")},
+    "even": lambda f, n, s: _interleaved(f, n, s, 0),
+    "odd": lambda f, n, s: _interleaved(f, n, s, 1),
 }
 
 

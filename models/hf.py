@@ -1,6 +1,8 @@
 """Import a Hugging Face ``config.json`` into a model card.
 
-Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, mixtral. Every key of
+Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, mixtral, mistral,
+gemma2, gemma3_text, olmo2, gpt_oss, phi3 (docs/new-model.md lists the card
+fields each uses). Every key of
 the file is either mapped to a card field, known to be harmless for inference
 (``hf_fields.HARMLESS_KEYS``), or reported: one ``ConfigError`` lists every
 unsupported key and value of the file. Families differ only by the rows of
@@ -20,7 +22,9 @@ from megakernel.ir import limits
 from megakernel.ir.config import MoEConfig, ModelConfig, build
 from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType
+from megakernel.models.hf_extras import EXTRAS, gpt_oss_moe
 from megakernel.models.hf_fields import REQUIRED, FieldReader
+from megakernel.models.hf_rope import read_rope
 
 
 @dataclass(frozen=True)
@@ -28,10 +32,14 @@ class Family:
     """How one ``model_type`` maps onto the card.
 
     ``qkv_bias`` / ``o_bias``: "always", "never", or "attention_bias" (the key
-    decides). ``window``: "none" (no sliding-window keys), "global" (one
-    ``sliding_window`` for every layer) or "qwen" (``use_sliding_window`` for the
-    layers from ``max_window_layers`` on). ``moe``: "none", "qwen", "mixtral".
-    ``head_dim``: default when the key is absent (0 = hidden / heads)."""
+    decides; its default is ``bias_default``). ``window``: "none" (no
+    sliding-window keys), "global" (one ``sliding_window`` for every layer),
+    "qwen" (``use_sliding_window`` for the layers from ``max_window_layers``
+    on) or "types" (``layer_types``; when absent, layer i is full iff
+    (i + 1) % ``pattern`` == 0). ``moe``: "none", "qwen", "mixtral",
+    "gpt_oss". ``head_dim``: default when the key is absent (0 = hidden /
+    heads). ``norms``: "pre", "sandwich" (pre and post) or "post";
+    ``extras``: the reader of the family's own keys (models/hf_extras.py)."""
 
     qkv_bias: str
     o_bias: str
@@ -41,24 +49,46 @@ class Family:
     rope_theta: float
     window: str
     moe: str
+    bias_default: bool = False
+    qk_norm_all_heads: bool = False
+    norms: str = "pre"
+    norm_offset: bool = False
+    act_key: str = "hidden_act"
+    act_default: str = "silu"
+    pattern: int = 0
+    window_default: int | None = None
+    partial_rotary: bool = False
+    rope_by_type: bool = False
+    scale_embeddings: bool = False
+    tied_default: bool = False
+    extras: str = ""
 
 
+_GEMMA = dict(norms="sandwich", norm_offset=True, scale_embeddings=True, tied_default=True,
+              act_key="hidden_activation", act_default="gelu_pytorch_tanh", window_default=4096)
 FAMILIES: dict[str, Family] = {
     "llama":     Family("attention_bias", "attention_bias", False, 0, 1e-6, 1e4, "none", "none"),
     "qwen2":     Family("always", "never", False, 0, 1e-6, 1e4, "qwen", "none"),
     "qwen3":     Family("attention_bias", "attention_bias", True, 128, 1e-6, 1e4, "qwen", "none"),
     "qwen3_moe": Family("attention_bias", "attention_bias", True, 128, 1e-6, 1e4, "qwen", "qwen"),
     "mixtral":   Family("never", "never", False, 0, 1e-5, 1e6, "global", "mixtral"),
+    "mistral":   Family("never", "never", False, 0, 1e-6, 1e4, "global", "none"),
+    "gemma2":    Family("attention_bias", "attention_bias", False, 256, 1e-6, 1e4, "types", "none",
+                        pattern=2, extras="gemma2", **_GEMMA),
+    "gemma3_text": Family("attention_bias", "attention_bias", True, 256, 1e-6, 1e6, "types",
+                          "none", pattern=6, rope_by_type=True, extras="gemma3", **_GEMMA),
+    "olmo2":     Family("attention_bias", "attention_bias", True, 0, 1e-5, 1e4, "none", "none",
+                        qk_norm_all_heads=True, norms="post"),
+    "gpt_oss":   Family("attention_bias", "attention_bias", False, 64, 1e-5, 1.5e5, "types",
+                        "gpt_oss", bias_default=True, pattern=2, window_default=128,
+                        extras="gpt_oss"),
+    "phi3":      Family("never", "never", False, 0, 1e-5, 1e4, "global", "none",
+                        partial_rotary=True, extras="phi3"),
 }
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
                "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
 DTYPES = {"bfloat16": "bfloat16", "float32": "float32"}
-
-# rope_type -> the keys of its parameter object besides rope_type / rope_theta.
-_ROPE_KEYS = {"default": (), "linear": ("factor",),
-              "llama3": ("factor", "low_freq_factor", "high_freq_factor",
-                         "original_max_position_embeddings")}
 
 
 def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
@@ -76,9 +106,17 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
         raise ConfigError(f"model_type={shown(model_type)} is not supported; supported: "
                           f"{sorted(FAMILIES)}", path=source)
     fields = _dense_fields(r, family)
-    fields.update(_rope(r, family))
-    fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
+    fields.update(read_rope(r, family.rope_theta, by_type=family.rope_by_type,
+                            partial=family.partial_rotary, head_dim=fields.get("head_dim")))
+    if family.window == "types":
+        fields.update(_types_window(r, family, fields.get("num_layers") or 0, model_type))
+        if "layer_types" not in fields:         # every layer full: no local RoPE base
+            fields.pop("sliding_rope_theta", None)
+    else:
+        fields["sliding_window"] = _window(r, family, fields.get("num_layers") or 0)
     fields.update(_moe(r, family, fields))
+    if family.extras:
+        fields.update(EXTRAS[family.extras](r, fields))
     fields["dtype"] = _dtype(r, dtype)
     limit = r.get("max_position_embeddings", int, max_seq_len, low=1)
     fields["max_seq_len"] = min(max_seq_len, max_seq_len if limit is None else limit)
@@ -122,64 +160,23 @@ def _dense_fields(r: FieldReader, f: Family) -> dict[str, Any]:
         intermediate_size=size("intermediate_size", limits.MAX_WIDTH),
         norm_eps=r.get("rms_norm_eps", float, f.norm_eps, low=limits.NORM_EPS[0],
                        high=limits.NORM_EPS[1]),
-        tie_embeddings=r.get("tie_word_embeddings", bool, False),
-        qk_norm=f.qk_norm,
+        tie_embeddings=r.get("tie_word_embeddings", bool, f.tied_default),
+        qk_norm=f.qk_norm, qk_norm_all_heads=f.qk_norm_all_heads,
+        pre_norms=f.norms != "post", post_norms=f.norms != "pre", norm_offset=f.norm_offset,
+        scale_embeddings=f.scale_embeddings,
     )
-    act = r.get("hidden_act", str, "silu")
+    act = r.get(f.act_key, str, f.act_default)
     if act is not None and act not in ACTIVATIONS:
-        r.problem("hidden_act", f"{act!r} is not supported; supported: {sorted(ACTIVATIONS)}")
+        r.problem(f.act_key, f"{act!r} is not supported; supported: {sorted(ACTIVATIONS)}")
     out["activation"] = ACTIVATIONS.get(act, "silu")
-    attention_bias = r.get("attention_bias", bool, False) if "attention_bias" in (
+    if f.act_key != "hidden_act":       # carried by some files, never read by the model
+        r.get("hidden_act", str, None)
+    attention_bias = r.get("attention_bias", bool, f.bias_default) if "attention_bias" in (
         f.qkv_bias, f.o_bias) else False
     rule = {"always": True, "never": False, "attention_bias": attention_bias}
     out["qkv_bias"], out["o_bias"] = rule[f.qkv_bias], rule[f.o_bias]
     if r.get("mlp_bias", bool, False):
         r.problem("mlp_bias", "true is not supported (the IR's MLP has no biases)")
-    return out
-
-
-def _rope(r: FieldReader, f: Family) -> dict[str, Any]:
-    """rope_theta and rope_scaling from the 4.x keys or the 5.x rope_parameters."""
-    theta_range = dict(low=limits.ROPE_THETA[0], high=limits.ROPE_THETA[1], open_low=True)
-    theta = r.get("rope_theta", float, None, **theta_range)
-    params = r.get("rope_parameters", dict, None)
-    scaling = r.get("rope_scaling", dict, None)
-    if params is not None and scaling is not None:
-        r.problem("rope_scaling", "given together with rope_parameters; keep one")
-    key = "rope_parameters" if params is not None else "rope_scaling"
-    p = params if params is not None else scaling or {}
-    pre = f"{key}."
-    kind = p.get("rope_type", p.get("type", "default"))
-    kind = kind if isinstance(kind, str) else shown(kind)
-    inner_theta = r.get("rope_theta", float, None, data=p, prefix=pre, **theta_range)
-    if theta is not None and inner_theta is not None and theta != inner_theta:
-        r.problem(key, f"rope_theta={inner_theta} differs from the top-level {theta}")
-    # `is None`, not `or`: a 0 is a value (reported above), never a request for the default.
-    given = [t for t in (inner_theta, theta) if t is not None]
-    out: dict[str, Any] = {"rope_theta": given[0] if given else f.rope_theta}
-    if kind not in _ROPE_KEYS:
-        r.problem(pre + "rope_type", f"{shown(kind)} is not supported; supported: "
-                  f"{sorted(_ROPE_KEYS)} (yarn, dynamic, longrope etc. change the "
-                  "frequencies in ways the IR's Rope cannot express)")
-        return out
-    allowed = {"rope_type", "type", "rope_theta", *_ROPE_KEYS[kind]}
-    for extra in sorted(set(p) - allowed):
-        r.problem(pre + extra, f"={shown(p[extra])} is not supported for rope_type {kind!r}")
-    if kind == "default":
-        return out
-    get = lambda k, d, bounds: r.get(k, float, d, data=p, prefix=pre, low=bounds[0],  # noqa: E731
-                                     high=bounds[1], open_low=True)
-    scale = {"rope_type": kind, "factor": get("factor", None, limits.ROPE_FACTOR)}
-    if kind == "llama3":
-        omp = r.get("original_max_position_embeddings", int, 8192, data=p, prefix=pre, low=1,
-                    high=limits.MAX_SEQ_LEN)
-        scale.update(low_freq_factor=get("low_freq_factor", 1.0, limits.ROPE_FREQ_FACTOR),
-                     high_freq_factor=get("high_freq_factor", 4.0, limits.ROPE_FREQ_FACTOR),
-                     original_max_position=omp)
-    if scale["factor"] is None:
-        r.problem(pre + "factor", "is required but missing")
-        return out
-    out["rope_scaling"] = scale
     return out
 
 
@@ -212,9 +209,34 @@ def _window(r: FieldReader, f: Family, num_layers: int) -> int | None:
     return windows[0] if windows else None
 
 
+def _types_window(r: FieldReader, f: Family, n: int, model_type: str) -> dict[str, Any]:
+    """``sliding_window`` and ``layer_types`` of a family whose layers mix
+    sliding and full attention (the card's mixer table)."""
+    window = r.get("sliding_window", int, f.window_default, low=1, high=limits.MAX_SEQ_LEN)
+    period = f.pattern
+    if model_type == "gemma3_text":      # 4.x and 5.x spellings; layer_types wins over both
+        given = [r.get(k, int, None, low=1, high=limits.MAX_LAYERS)
+                 for k in ("sliding_window_pattern", "_sliding_window_pattern")]
+        period = next((p for p in given if p is not None), period)
+    types = r.get("layer_types", list, None)
+    kinds = ("full_attention", "sliding_attention")
+    if types is None:
+        types = [kinds[(i + 1) % period != 0] for i in range(n)]
+    elif len(types) != n or any(not isinstance(t, str) or t not in kinds for t in types):
+        r.problem("layer_types", f"{shown(types)} should list {n} of {list(kinds)}")
+        return {"sliding_window": window}
+    if "sliding_attention" not in types:
+        return {"sliding_window": None}
+    if window is None:
+        r.problem("sliding_window", "is null but layer_types names sliding_attention layers")
+    return {"sliding_window": window, "layer_types": tuple(types)}
+
+
 def _moe(r: FieldReader, f: Family, fields: dict) -> dict[str, Any]:
     if f.moe == "none":
         return {}
+    if f.moe == "gpt_oss":
+        return {"moe": gpt_oss_moe(r, fields)}
     n = fields.get("num_layers") or 0
     # A value that is None here was reported as a problem (raised before the
     # card is made); 1 only keeps the arithmetic going until then.

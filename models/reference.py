@@ -65,14 +65,17 @@ def rope(op, x, positions):
     half = op.rotary_dim // 2
     inv_freq = jnp.asarray(op.inv_freq(), jnp.float32)
     angle = positions.reshape(n, 1).astype(jnp.float32) * inv_freq[None, :]   # [n, half]
-    cos, sin = jnp.cos(angle)[:, None, :], jnp.sin(angle)[:, None, :]
+    factor = op.attention_factor()         # YaRN scales cos and sin alike
+    cos, sin = jnp.cos(angle)[:, None, :] * factor, jnp.sin(angle)[:, None, :] * factor
     x1, x2, rest = h[..., :half], h[..., half:op.rotary_dim], h[..., op.rotary_dim:]
     rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
     return rotated.reshape(n, -1)
 
 
-def attention(op, q, k, v, ctx: _Ctx, name: str):
-    """Write the T new k/v rows into the cache, then causal GQA over the cache."""
+def attention(op, q, k, v, ctx: _Ctx, name: str, p=None):
+    """Write the T new k/v rows into the cache, then causal GQA over the cache
+    (scores soft-capped before the mask, and a sink logit per head in the
+    softmax denominator, when the op says so)."""
     b, t, d = ctx.batch, ctx.tokens, op.head_dim
     kname, vname = f"{ctx.prefix}{name}.k", f"{ctx.prefix}{name}.v"
     k_cache, v_cache = ctx.caches[kname], ctx.caches[vname]
@@ -90,13 +93,21 @@ def attention(op, q, k, v, ctx: _Ctx, name: str):
     qh = q.reshape(b, t, op.num_kv_heads, op.group_size, d)
     scores = jnp.einsum("btkgd,bskd->bkgts", qh, k_cache.astype(jnp.float32),
                         precision=jax.lax.Precision.HIGHEST) * op.softmax_scale
+    if op.logit_softcap is not None:
+        scores = activations.softcap(scores, op.logit_softcap)
     key_pos = jnp.arange(s)[None, None, :]                 # [1, 1, S]
     query_pos = ctx.positions[:, :, None]                  # [B, T, 1]
     visible = key_pos <= query_pos
     if op.sliding_window is not None:
         visible &= key_pos > query_pos - op.sliding_window
     scores = jnp.where(visible[:, None, None, :, :], scores, -jnp.inf)
-    probs = jax.nn.softmax(scores, axis=-1)
+    if op.sinks:
+        # One more column per head: the sink's logit, which has no value row.
+        sink = p["sinks"].astype(jnp.float32).reshape(op.num_kv_heads, op.group_size)
+        sink = jnp.broadcast_to(sink[None, :, :, None, None], (*scores.shape[:-1], 1))
+        probs = jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]
+    else:
+        probs = jax.nn.softmax(scores, axis=-1)
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v_cache.astype(jnp.float32),
                      precision=jax.lax.Precision.HIGHEST)
     return out.reshape(b * t, op.num_q_heads * d)
@@ -104,6 +115,20 @@ def attention(op, q, k, v, ctx: _Ctx, name: str):
 
 def gated_ffn(act, x, gate, up, down):
     return matmul(activation(act, matmul(x, gate)) * matmul(x, up), down)
+
+
+def expert_ffn(op, x, gate, up, down, bg=None, bu=None, bd=None):
+    """One routed expert: a gated FFN with optional biases and, with
+    ``swiglu_limit``, gpt-oss's clamped SwiGLU."""
+    g, u = matmul(x, gate), matmul(x, up)
+    if bg is not None:
+        g, u = g + bg.astype(jnp.float32), u + bu.astype(jnp.float32)
+    if op.swiglu_limit is None:
+        h = activation(op.activation, g) * u
+    else:
+        h = activations.clamped_swiglu(g, u, op.swiglu_limit, op.swiglu_alpha)
+    y = matmul(h, down)
+    return y + bd.astype(jnp.float32) if bd is not None else y
 
 
 def mlp(op, p, x):
@@ -115,6 +140,8 @@ def mlp(op, p, x):
 def route(op, p, x) -> tuple[Array, Array]:
     """Router: (expert ids [n, k], combine weights [n, k]) for every row."""
     logits = matmul(x, p["router"])
+    if op.router_logit_bias:
+        logits = logits + p["router_logit_bias"].astype(jnp.float32)
     scores = jax.nn.softmax(logits, -1) if op.scoring == Scoring.SOFTMAX else jax.nn.sigmoid(logits)
     select = scores + p["router_bias"].astype(jnp.float32) if op.correction_bias else scores
     _, ids = jax.lax.top_k(select, op.top_k)
@@ -130,8 +157,10 @@ def moe(op, p, x):
     ids, weights = route(op, p, x)
     combine = jnp.zeros((x.shape[0], op.num_experts), jnp.float32)
     combine = combine.at[jnp.arange(x.shape[0])[:, None], ids].add(weights)
-    per_expert = jax.vmap(lambda g, u, d: gated_ffn(op.activation, x, g, u, d))(
-        p["experts_gate"], p["experts_up"], p["experts_down"])      # [E, n, H]
+    weights = [p["experts_gate"], p["experts_up"], p["experts_down"]]
+    if op.expert_bias:
+        weights += [p["experts_gate_bias"], p["experts_up_bias"], p["experts_down_bias"]]
+    per_expert = jax.vmap(lambda *w: expert_ffn(op, x, *w))(*weights)      # [E, n, H]
     out = jnp.einsum("ne,enh->nh", combine, per_expert, precision=jax.lax.Precision.HIGHEST)
     if op.num_shared_experts:
         out = out + gated_ffn(op.activation, x, p["shared_gate"], p["shared_up"], p["shared_down"])
@@ -144,7 +173,7 @@ REFERENCE: Registry[Callable[[OpNode, dict, list, _Ctx], Array]] = Registry(
 REFERENCE.register("rmsnorm")(lambda n, p, xs, ctx: rmsnorm(n.op, p, xs[0]))
 REFERENCE.register("linear")(lambda n, p, xs, ctx: linear(n.op, p, xs[0]))
 REFERENCE.register("rope")(lambda n, p, xs, ctx: rope(n.op, xs[0], ctx.positions))
-REFERENCE.register("attention")(lambda n, p, xs, ctx: attention(n.op, *xs, ctx, n.name))
+REFERENCE.register("attention")(lambda n, p, xs, ctx: attention(n.op, *xs, ctx, n.name, p))
 REFERENCE.register("mlp")(lambda n, p, xs, ctx: mlp(n.op, p, xs[0]))
 REFERENCE.register("moe")(lambda n, p, xs, ctx: moe(n.op, p, xs[0]))
 REFERENCE.register("add")(lambda n, p, xs, ctx: xs[0] + xs[1])
@@ -162,6 +191,7 @@ def final_hidden(model: Model, weights, tokens, start_pos, caches):
     positions = start_pos[:, None].astype(jnp.int32) + jnp.arange(t, dtype=jnp.int32)[None, :]
     caches = dict(caches)
     x = jnp.take(weights["embed.weight"], tokens.reshape(-1), axis=0).astype(jnp.float32)
+    x = _apply_ops(model.embed_ops, "embed_ops", x)
     for i, layer in enumerate(model.layers):
         ctx = _Ctx(b, t, positions, caches, f"layers.{i}.")
         env = {layer.input: x}
@@ -184,11 +214,16 @@ def decode_step(model: Model, weights, tokens, start_pos, caches):
     """tokens [B, T] int32 at positions start_pos[b] + t -> (logits [B, T, V] f32, caches)."""
     b, t = tokens.shape
     x, caches = final_hidden(model, weights, tokens, start_pos, caches)
-    logits = matmul(x, lm_head(model, weights))
-    for i, op in enumerate(model.logit_ops):
-        node = OpNode(f"logit_op{i}", op, ("logits",), ("out",))
-        logits = REFERENCE(op.kind, f"logit_ops.{i}")(node, {}, [logits], None)
+    logits = _apply_ops(model.logit_ops, "logit_ops", matmul(x, lm_head(model, weights)))
     return logits.reshape(b, t, model.vocab_size), caches
+
+
+def _apply_ops(ops, where: str, x):
+    """The model-level elementwise ops (``Model.embed_ops`` / ``logit_ops``) on x."""
+    for i, op in enumerate(ops):
+        node = OpNode(f"{where}{i}", op, ("x",), ("out",))
+        x = REFERENCE(op.kind, f"{where}.{i}")(node, {}, [x], None)
+    return x
 
 
 decode_step_jit = jax.jit(decode_step, static_argnums=0)

@@ -27,6 +27,9 @@ def describe(model: Model) -> str:
         period = f" (a body of {s.period} layers)" if s.period > 1 else ""
         lines.append(f"  {_range(s.start, s.count * s.period):<10} {labels:<10} "
                      f"x{s.count}{period}")
+    for where, ops in (("embed ops", model.embed_ops), ("logit ops", model.logit_ops)):
+        if ops:
+            lines.append(f"  {where + ':':<10} " + ", then ".join(_op_text(op) for op in ops))
     for layer, label in kinds.items():
         lines += ["", f"layer {label}:"] + _graph(layer)
     lines += [""] + _params(model, kinds) + [""] + _bytes(model)
@@ -52,12 +55,17 @@ _SHORT = {"in_features": "in", "out_features": "out", "num_heads": "heads",
           "softmax_scale": "scale", "activation": "act"}
 
 
+# Fields that only mean something beside another (swiglu_alpha with
+# swiglu_limit): left out at their default.
+_QUIET_DEFAULTS = {"swiglu_alpha": 1.0}
+
+
 def _op_text(op: Op) -> str:
     """``kind field=value ...``: fields that are off or unset left out, true
     flags shown by name alone."""
     parts = [op.kind]
     for k, v in op.to_dict().items():
-        if k == "kind" or v in (None, False, 0):
+        if k == "kind" or v in (None, False, 0) or _QUIET_DEFAULTS.get(k, object()) == v:
             continue
         if isinstance(v, dict):
             v = v["rope_type"]

@@ -23,7 +23,7 @@ from megakernel.registry import Registry
 #   "writer": the matrix that makes the op's output: "residual" when a residual
 #             add reads that output (e.g. o_proj), else "matrix"
 #   "scale": 1 + 0.1 * normal (0.1 * normal when the norm has a +1 offset)
-#   "bias": 0.02 * normal;  "route_bias": 0.1 * normal
+#   "bias": 0.02 * normal;  "route_bias": 0.1 * normal;  "sink": normal
 INIT: Registry[dict[str, tuple[str, int]]] = Registry("init", "models/weights.py")
 INIT.register("rmsnorm")({"weight": ("scale", 0)})
 INIT.register("linear")({"weight": ("writer", 0), "bias": ("bias", 0)})
@@ -32,8 +32,11 @@ INIT.register("moe")({
     "router": ("matrix", 0), "router_bias": ("route_bias", 0),
     "experts_gate": ("matrix", 1), "experts_up": ("matrix", 1),
     "experts_down": ("residual", 1), "shared_gate": ("matrix", 0),
-    "shared_up": ("matrix", 0), "shared_down": ("residual", 0)})
-INIT.register("rope", "attention", "add")({})
+    "shared_up": ("matrix", 0), "shared_down": ("residual", 0),
+    "router_logit_bias": ("route_bias", 0), "experts_gate_bias": ("bias", 0),
+    "experts_up_bias": ("bias", 0), "experts_down_bias": ("bias", 0)})
+INIT.register("attention")({"sinks": ("sink", 0)})
+INIT.register("rope", "add")({})
 
 
 def _residual_writers(layer) -> set[str]:
@@ -60,6 +63,8 @@ def _draw(rule: str, shape, fan_in: int, depth_scale: float, offset: bool,
         return 0.02 * z
     if rule == "route_bias":
         return 0.1 * z
+    if rule == "sink":
+        return z
     raise AssertionError(rule)
 
 

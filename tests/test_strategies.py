@@ -46,6 +46,32 @@ def test_without_leaves_a_feature_out_and_require_puts_it_in(name):
     prop()
 
 
+@pytest.mark.parametrize("name", sorted(FEATURES))
+def test_what_a_feature_needs_and_conflicts_with_holds_in_every_draw(name):
+    feature = FEATURES[name]
+
+    @FEW
+    @given(model_configs(cores=4))
+    def prop(card):
+        if feature.uses(card):
+            assert all(FEATURES[n].uses(card) for n in feature.needs)
+            assert not any(FEATURES[n].uses(card) for n in feature.conflicts)
+
+    prop()
+
+
+def test_required_features_that_do_not_fit_make_the_card_fit():
+    """Clamped SwiGLU is defined over silu; a norm over all heads wants every core
+    to hold its own KV heads."""
+    @FEW
+    @given(model_configs(cores=4, require=("swiglu_limit", "qk_norm_all_heads")))
+    def prop(card):
+        assert card.activation == "silu" and card.num_kv_heads % 4 == 0
+        build(card)
+
+    prop()
+
+
 def test_layer_pattern_draws_a_stack_whose_body_is_two_layers():
     card = find(model_configs(require="layer_pattern", max_layers=4),
                 lambda c: build(c).stacks[0].period == 2, settings=SEARCH)
@@ -56,6 +82,10 @@ def test_layer_pattern_draws_a_stack_whose_body_is_two_layers():
     ({"without": "mla"}, "model_configs(without=...): ['mla'] are not features; known: "),
     ({"require": "layer_pattern", "without": "sliding_window"},
      "require='layer_pattern' needs ['sliding_window'], which without= leaves out"),
+    ({"require": ("rope_yarn", "rope_llama3")},
+     "require='rope_llama3' cannot go with ['rope_yarn']"),
+    ({"require": ("scale_embeddings", "post_norms_only")},
+     "require='post_norms_only' cannot go with ['scale_embeddings']"),
 ])
 def test_impossible_restrictions_are_named(options, message):
     @given(st.data())

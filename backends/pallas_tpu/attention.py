@@ -3,9 +3,12 @@
 Contract (the planner and the emitter use exactly these):
 
 ``AttentionGeometry(batch, tokens, rows_padded, q_heads, kv_heads, head_dim,
-kv_tile, max_seq_len, scale, window, cache_dtype)`` - static geometry of one
-attention node on one core (heads LOCAL to the core), chosen by the planner.
-Row ``n = b*tokens + t``; rows ``>= batch*tokens`` are padding.
+kv_tile, max_seq_len, scale, window, cache_dtype, softcap, sinks)`` - static
+geometry of one attention node on one core (heads LOCAL to the core), chosen
+by the planner. Row ``n = b*tokens + t``; rows ``>= batch*tokens`` are padding.
+``softcap``: scaled scores s -> softcap * tanh(s / softcap) before the mask;
+``sinks``: ``attend`` takes each local head's sink logit, which joins every
+softmax denominator (the online softmax starts from it: m = sink, l = 1).
 
 ``buffers(g)`` - the VMEM buffers and semaphores ``attend`` needs, by argument
 name (the planner records them in the plan; the kernel declares the plan's):
@@ -19,9 +22,10 @@ name (the planner records them in the plan; the kernel declares the plan's):
 with HD = kv_heads*head_dim, G = q_heads // kv_heads, RP = rows_padded and
 W = window_rows(g).
 
-``attend(g, q, k, v, k_cache, v_cache, layer, start_ref, **buffers) -> out`` -
+``attend(g, q, k, v, k_cache, v_cache, layer, start_ref, **buffers, sinks=None) -> out`` -
 q [RP, Hq*D] f32 (roped), k/v [RP, HD] f32 values; caches are HBM refs
-[L, batch, max_seq_len, HD]; layer a traced int32; start_ref SMEM [batch] int32.
+[L, batch, max_seq_len, HD]; layer a traced int32; start_ref SMEM [batch] int32;
+sinks [1, q_heads] f32 (with ``g.sinks``).
 Writes new k/v at positions start[b]+t, then attends over cache positions
 j <= start[b]+t (and j > start[b]+t-window), returns [RP, Hq*D] f32 (padding
 rows 0). Every DMA is waited before return, so it can run once per layer in a
@@ -45,6 +49,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from megakernel.activations import softcap
 from megakernel.compiler.buffers import Need, Space
 from megakernel.compiler.plan_json import GEOMETRIES
 from megakernel.errors import PlanningError
@@ -67,6 +72,8 @@ class AttentionGeometry:
     scale: float
     window: int | None
     cache_dtype: str
+    softcap: float | None = None
+    sinks: bool = False
 
     def __post_init__(self):
         _require(self.rows_padded >= self.batch * self.tokens and self.rows_padded % 8 == 0,
@@ -125,7 +132,8 @@ def value_bytes(g: AttentionGeometry) -> int:
     V head slices in f32, ~6 [G*rows, keys] arrays of scores and masks, q/out):
     Mosaic keeps them in VMEM beside the declared buffers."""
     gr, sub = g.group * g.rows_padded, score_cols(g)
-    return 4 * (2 * sub * g.head_dim + 6 * gr * sub + 2 * gr * g.head_dim)
+    capped = gr * sub if g.softcap is not None else 0      # the soft-capped scores
+    return 4 * (2 * sub * g.head_dim + 6 * gr * sub + 2 * gr * g.head_dim + capped)
 
 
 def buffers(g: AttentionGeometry) -> tuple[Need, ...]:
@@ -185,8 +193,17 @@ def _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem):
         c.wait()            # the tile reads below must see the new rows
 
 
+def _sink_rows(g: AttentionGeometry, sinks, h: int):
+    """[G*RP, 1] f32: kv head h's stacked rows, each holding its query head's sink."""
+    RP = g.rows_padded
+    parts = [jnp.broadcast_to(sinks[:, h * g.group + j:h * g.group + j + 1], (RP, 1))
+             for j in range(g.group)]
+    return jnp.concatenate(parts, axis=0) if g.group > 1 else parts[0]
+
+
 def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *, k_tiles,
-           v_tiles, tile_sems, window, window_sems, q_scaled, m, l, acc, out):  # noqa: E741
+           v_tiles, tile_sems, window, window_sems, q_scaled, m, l, acc, out,  # noqa: E741
+           sinks=None):
     kbuf, vbuf, tsem, win, wsem = k_tiles, v_tiles, tile_sems, window, window_sems
     q_s, m_s, l_s, acc_s, o_s = q_scaled, m, l, acc, out
     D, G, RP, St, T = g.head_dim, g.group, g.rows_padded, g.kv_tile, g.tokens
@@ -214,8 +231,13 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *,
         lo = 0 if g.window is None else jnp.maximum(pos - g.window + 1, 0) // St
         for c in tile_copies(b, lo, lo % 2):
             c.start()
-        m_s[...] = jnp.full(m_s.shape, NEG, jnp.float32)
-        l_s[...] = jnp.zeros(l_s.shape, jnp.float32)
+        if g.sinks:     # the sink is one more key with no value: e^(sink - m) in l
+            for h in range(g.kv_heads):
+                m_s[h] = _sink_rows(g, sinks, h)
+            l_s[...] = jnp.ones(l_s.shape, jnp.float32)
+        else:
+            m_s[...] = jnp.full(m_s.shape, NEG, jnp.float32)
+            l_s[...] = jnp.zeros(l_s.shape, jnp.float32)
         acc_s[...] = jnp.zeros(acc_s.shape, jnp.float32)
 
         def tile_body(i, c2):
@@ -249,6 +271,8 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *,
                                    .astype(jnp.float32), 0.0)
                     s = jax.lax.dot_general(q_s[h], kh, (((1,), (1,)), ((), ())),
                                             precision=HI, preferred_element_type=jnp.float32)
+                    if g.softcap is not None:
+                        s = softcap(s, g.softcap)
                     s = jnp.where(mask, s, NEG)
                     m_old = m_s[h]
                     m_new = jnp.maximum(m_old, jnp.max(s, axis=-1, keepdims=True))

@@ -94,8 +94,12 @@ def geometry_lines(plan) -> list[str]:
     out = []
     for g in plan.memory.geometries:
         record = g.geometry
+        # Options at their default are left out: a plain model's source reads
+        # as before the option existed.
         fields = ", ".join(f"{f.name}={literal(getattr(record, f.name))}"
-                           for f in dataclasses.fields(record))
+                           for f in dataclasses.fields(record)
+                           if f.default is dataclasses.MISSING
+                           or getattr(record, f.name) != f.default)
         out.append(f"{geometry_name(g)} = {library_alias(g.library)}."
                    f"{type(record).__name__}({fields})")
     return out

@@ -86,7 +86,14 @@ class StackCtx:
             return []
         self.reduced.add(node)
         par = f"({literal(site.seq_offset)} + k * {literal(site.seq_stride)}) % 2"
-        return [frame.allreduce_call(self.plan, v(tensor), par, site.name)]
+        call = frame.allreduce_call(self.plan, v(tensor), par, site.name)
+        width, full = self.shard.width(tensor), self.model.hidden_size
+        if width == full:
+            return [call]
+        # A narrower partial (e.g. a per-row statistic) rides in the all-reduce's
+        # [rows, hidden] slots, zero-padded.
+        return [f"{v(tensor)} = rt.pad_lanes({v(tensor)}, {literal(full)})", call,
+                f"{v(tensor)} = {v(tensor)}[:, :{literal(width)}]"]
 
 
 # One rule per op kind: (stack context, node) -> source lines of the layer body.
@@ -115,9 +122,11 @@ def _rope(c: StackCtx, n) -> list[str]:
     op = n.op
     heads = c.shard.width(n.inputs[0]) // op.head_dim
     table = c.plan.memory.buffer(f"s{c.s}.{n.name}.inv_freq").ident
+    factor = op.attention_factor()
+    extra = f", factor={literal(factor)}" if factor != 1.0 else ""
     return [f"{v(n.outputs[0])} = rt.rope({v(n.inputs[0])}, pos, {table}[...], "
             f"heads={literal(heads)}, head_dim={literal(op.head_dim)}, "
-            f"rotary_dim={literal(op.rotary_dim)})"]
+            f"rotary_dim={literal(op.rotary_dim)}{extra})"]
 
 
 @EMITTERS.register("attention")
@@ -126,8 +135,9 @@ def _attention(c: StackCtx, n) -> list[str]:
     mem = c.plan.memory
     caches = ", ".join(mem.buffer(f"hbm.s{c.s}.{n.name}.{p}").ident for p in "kv")
     lib = c.library("attention")
+    sinks = f", sinks={c.vec(n.name + '.sinks')}" if n.op.sinks else ""
     return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, "
-            f"{caches}, k, start_pos, {c.buffers(n.name)})"]
+            f"{caches}, k, start_pos, {c.buffers(n.name)}{sinks})"]
 
 
 @EMITTERS.register("mlp")
@@ -149,15 +159,21 @@ def _mlp(c: StackCtx, n) -> list[str]:
 def _moe(c: StackCtx, n) -> list[str]:
     op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
     bias = c.vec(f"{n.name}.router_bias") if op.correction_bias else "None"
-    local = next(e for e in c.shard.experts if e[0] == n.name)[3]
+    _, _, tp, local, _ = next(e for e in c.shard.experts if e[0] == n.name)
     first, count = c.tiles_of(f"{n.name}.router")
     lib = c.library("moe")
     experts = ", ".join(c.hbm(f"{n.name}.experts_{p}") for p in ("gate", "up", "down"))
+    extra = ""
+    if op.router_logit_bias:
+        extra += f", logit_bias={c.vec(n.name + '.router_logit_bias')}"
+    if op.expert_bias:      # the down biases once per group sharing an expert
+        tables = ", ".join(c.vec(f"{n.name}.experts_{p}_bias") for p in ("gate", "up", "down"))
+        extra += f", biases=({tables}), bias_here=(me % {literal(tp)} == 0)"
     lines = [f"router = rt.ring_matrix(stream, {c.s}, k, S{c.s}_TILES.tiles[{first}:"
              f"{first + count}], first={first})",
              f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router, {bias}, "
              f"{experts}, k, expert_base_s{c.s}_{n.name} * {literal(local)}, "
-             f"{c.buffers(n.name)})"]
+             f"{c.buffers(n.name)}{extra})"]
     if op.num_shared_experts:
         width = c.shard.param(f"{n.name}.shared_up").shape[1]
         lines += [c.linear("gate", x, f"{n.name}.shared_gate", width),

@@ -52,7 +52,23 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
     site = next((s for s in plan.collectives.sites if s.name == "embed.allreduce"), None)
     if site is not None:
         lines.append(allreduce_call(plan, "x", literal(site.parity()), site.name))
-    return lines + ["residual[...] = x", ""]
+    return lines + _embed_ops(model) + ["residual[...] = x", ""]
+
+
+def _embed_ops(model) -> list[str]:
+    """The model's embed ops on the whole embedded rows, by their own emitters
+    (after the all-reduce: each core then holds every row)."""
+    from megakernel.backends.pallas_tpu.emit import EMITTERS
+    from megakernel.ir.graph import OpNode
+
+    if not model.embed_ops:
+        return []
+    lines, x = ["# node: embed_ops", "t_embed0 = x"], "embed0"
+    for i, op in enumerate(model.embed_ops):
+        node = OpNode(f"embed_op{i}", op, (x,), (f"embed{i + 1}",))
+        lines += EMITTERS(op.kind, f"embed_ops.{i}")(None, node)
+        x = node.outputs[0]
+    return lines + [f"x = t_{x}"]
 
 
 def _logit_ops(model) -> list[str]:

@@ -4,9 +4,12 @@ Contract (the planner and the emitter use exactly these):
 
 ``MoEGeometry(rows, rows_padded, hidden, num_experts, experts_local, inter_local,
 top_k, scoring, correction_bias, renormalize, routed_scaling, activation, slots,
-dtype, chunk)`` - one MoE node on one core, chosen by the planner. ``chunk``
-splits each expert's intermediate into ``inter_local // chunk`` slices, as
+dtype, chunk, router_logit_bias, expert_bias, swiglu_limit, swiglu_alpha)`` - one
+MoE node on one core, chosen by the planner. ``chunk`` splits each expert's
+intermediate into ``inter_local // chunk`` slices, as
 ``ExpertStream.chunk/chunks`` plans when a whole expert does not fit a slot.
+gpt-oss's options (ir/ops.py MoE): biased router logits, biased experts,
+clamped SwiGLU.
 
 ``buffers(g)`` - what ``moe_routed`` needs, by argument name (E = num_experts):
   used_v      VMEM (8, E) int32          row 0: 1 where any valid row picked expert e
@@ -19,10 +22,14 @@ splits each expert's intermediate into ``inter_local // chunk`` slices, as
   ids_sem     DMA (1,)                   used_v -> used_s
 
 ``moe_routed(g, x, router, router_bias, experts_gate, experts_up, experts_down,
-layer, expert_offset, **buffers) -> partial [rows_padded, hidden] f32`` - x value
-[RP, hidden] f32; router value [hidden, E] (weights dtype); router_bias value
-[1, E] f32 or None; experts_* HBM refs [L, experts_local, ...]; layer traced
-int32; expert_offset = global id of local expert 0 (EP) or 0 (TP). Returns the
+layer, expert_offset, **buffers, logit_bias=None, biases=None, bias_here=True)
+-> partial [rows_padded, hidden] f32`` - x value [RP, hidden] f32; router value
+[hidden, E] (weights dtype); router_bias value [1, E] f32 or None; experts_* HBM
+refs [L, experts_local, ...]; layer traced int32; expert_offset = global id of
+local expert 0 (EP) or 0 (TP); logit_bias [1, E] f32 (``router_logit_bias``);
+biases (gate [1, experts_local, inter_local], up, down [1, experts_local,
+hidden]) f32 (``expert_bias``); bias_here: whether this core adds the down
+biases (one core of each group splitting an expert's intermediate). Returns the
 sum over this core's selected experts of weight * expert(x) for valid rows and
 0 for padding rows; summing partials over cores gives the routed output.
 
@@ -46,6 +53,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.activations import apply as activation
+from megakernel.activations import clamped_swiglu
 from megakernel.compiler.buffers import Need, Space
 from megakernel.compiler.plan_json import GEOMETRIES
 from megakernel.errors import PlanningError
@@ -71,6 +79,10 @@ class MoEGeometry:
     slots: int
     dtype: str
     chunk: int
+    router_logit_bias: bool = False
+    expert_bias: bool = False
+    swiglu_limit: float | None = None
+    swiglu_alpha: float = 1.0
 
     def __post_init__(self):
         checks = [
@@ -97,10 +109,15 @@ def value_bytes(g: MoEGeometry, ss, node) -> int:
     """Bytes of values ``moe_routed`` and the shared expert hold at their peak:
     router logits, scores, picks and weights ([rows, E] f32 each), one slot's
     gate/up/product ([rows, chunk] f32), the accumulator, and the shared
-    expert's gate/up/product ([rows, shared width] f32)."""
+    expert's gate/up/product ([rows, shared width] f32); with expert biases, their
+    tables ([experts_local, width] f32) and the weighted down biases ([rows, hidden])."""
     rp = g.rows_padded
     shared = node.op.num_shared_experts and ss.param(f"{node.name}.shared_up").shape[1]
-    return 4 * rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0))
+    # gpt-oss: the layer's expert bias tables, read as values, and the down biases' sum.
+    biases = 0
+    if g.expert_bias:
+        biases = g.experts_local * (2 * g.inter_local + g.hidden) + rp * g.hidden
+    return 4 * (rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0)) + biases)
 
 
 def buffers(g: MoEGeometry) -> tuple[Need, ...]:
@@ -125,10 +142,12 @@ def _matmul(x, w):
     return jnp.dot(x.astype(w.dtype), w, precision=prec, preferred_element_type=jnp.float32)
 
 
-def route(g: MoEGeometry, x, router, router_bias):
+def route(g: MoEGeometry, x, router, router_bias, logit_bias=None):
     """combine [RP, E] f32: row n's weight for global expert e (0 if not picked
     or a padding row), and used [1, E] int32: picked by any valid row."""
     logits = _matmul(x, router)                                   # [RP, E]
+    if g.router_logit_bias:
+        logits = logits + logit_bias
     if g.scoring == "softmax":
         m = jnp.max(logits, axis=-1, keepdims=True)
         ex = jnp.exp(logits - m)
@@ -157,13 +176,43 @@ def route(g: MoEGeometry, x, router, router_bias):
     return w, used
 
 
+def _expert_row(table, e, chunk, g: MoEGeometry):
+    """[1, chunk] f32: local expert e's row of a [1, experts_local, width] bias
+    table, columns of slice ``chunk`` (masked sums: no dynamic slicing)."""
+    t = table[0]
+    rows = jax.lax.broadcasted_iota(jnp.int32, t.shape, 0)
+    row = jnp.sum(jnp.where(rows == e, t, 0.0), axis=0, keepdims=True)
+    if g.chunks == 1:
+        return row
+    C = g.chunk
+    return sum(jnp.where(chunk == c, row[:, c * C:(c + 1) * C], 0.0) for c in range(g.chunks))
+
+
+def _down_biases(g: MoEGeometry, combine, table, expert_offset):
+    """sum_e weight[n, e] * down_bias[e] over this core's experts (weight 0 for
+    experts a row did not pick), one local expert at a time on the VPU."""
+    lane = jax.lax.broadcasted_iota(jnp.int32, combine.shape, 1)
+    out = jnp.zeros((g.rows_padded, g.hidden), jnp.float32)
+    for j in range(g.experts_local):
+        w = jnp.sum(jnp.where(lane == expert_offset + j, combine, 0.0), axis=-1, keepdims=True)
+        out = out + w * table[0][j:j + 1, :]
+    return out
+
+
+def _glu(g: MoEGeometry, gate, up):
+    if g.swiglu_limit is None:
+        return activation(g.activation, gate) * up
+    return clamped_swiglu(gate, up, g.swiglu_limit, g.swiglu_alpha)
+
+
 def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
                experts_down, layer, expert_offset, *, used_v, used_s, uniq, gate_slots,
-               up_slots, down_slots, slot_sems, ids_sem):
+               up_slots, down_slots, slot_sems, ids_sem, logit_bias=None, biases=None,
+               bias_here=True):
     uniq_s, gate_b, up_b, down_b, sems, isem = (uniq, gate_slots, up_slots, down_slots,
                                                 slot_sems, ids_sem)
     K, C, nc = g.slots, g.chunk, g.chunks
-    combine, used = route(g, x, router, router_bias)
+    combine, used = route(g, x, router, router_bias, logit_bias)
     used_v[...] = jnp.broadcast_to(used, used_v.shape)
     cp = pltpu.make_async_copy(used_v, used_s, isem.at[0])
     cp.start()
@@ -216,12 +265,19 @@ def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
         for c in copies(q):
             c.wait()
         slot = q % K
-        e = (uniq_s[q // nc] if nc > 1 else uniq_s[q]) + expert_offset
+        e_local = uniq_s[q // nc] if nc > 1 else uniq_s[q]
+        e = e_local + expert_offset
         wgt = jnp.sum(jnp.where(lane == e, combine, 0.0), axis=-1, keepdims=True)  # [RP, 1]
-        h = activation(g.activation, _matmul(xw, gate_b[slot])) * _matmul(xw, up_b[slot])
-        y = _matmul(h, down_b[slot])
+        gate, up = _matmul(xw, gate_b[slot]), _matmul(xw, up_b[slot])
+        if g.expert_bias:
+            gate = gate + _expert_row(biases[0], e_local, q % nc, g)
+            up = up + _expert_row(biases[1], e_local, q % nc, g)
+        y = _matmul(_glu(g, gate, up), down_b[slot])
         return acc + wgt * y
 
     acc = jax.lax.fori_loop(0, n_items, item, jnp.zeros((g.rows_padded, g.hidden), jnp.float32))
+    if g.expert_bias:
+        down = _down_biases(g, combine, biases[2], expert_offset)
+        acc = acc + jnp.where(bias_here, down, 0.0)
     rows = jax.lax.broadcasted_iota(jnp.int32, acc.shape, 0)
     return jnp.where(rows < g.rows, acc, 0.0)

@@ -108,12 +108,14 @@ def positions(start_ref, rows_padded, batch, tokens):
     return pos
 
 
-def rope(x, pos, inv_freq, heads, head_dim, rotary_dim):
+def rope(x, pos, inv_freq, heads, head_dim, rotary_dim, factor=1.0):
     """Rotate-half RoPE of the first ``rotary_dim`` features of each head;
-    inv_freq is [1, rotary_dim // 2] f32."""
+    inv_freq is [1, rotary_dim // 2] f32; cos and sin times ``factor`` (YaRN)."""
     half = rotary_dim // 2
     angle = pos.astype(jnp.float32) * inv_freq                      # [rows, half]
     cos, sin = jnp.cos(angle), jnp.sin(angle)
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
     outs = []
     for h in range(heads):
         base = h * head_dim
@@ -124,6 +126,11 @@ def rope(x, pos, inv_freq, heads, head_dim, rotary_dim):
             parts.append(x[:, base + rotary_dim:base + head_dim])
         outs.extend(parts)
     return jnp.concatenate(outs, axis=-1)
+
+
+def pad_lanes(x, width):
+    """x [rows, w] zero-padded on the right to [rows, width]."""
+    return jnp.concatenate([x, jnp.zeros((x.shape[0], width - x.shape[1]), x.dtype)], axis=-1)
 
 
 def activation(kind, x):

@@ -2,7 +2,8 @@
 
 Strict interpret mode (race detection, OOB reads raise, NaN-filled scratch);
 cache positions past start+T are NaN in the kernel's input so any read of them
-that leaks into the output shows up. One AOT compile for TPU7x.
+that leaks into the output shows up. One AOT compile for TPU7x. Also with Gemma 2's score soft-capping and gpt-oss's
+attention sinks.
 """
 
 import jax
@@ -28,12 +29,14 @@ def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
     needs = A.buffers(g)
     names = [n.name for n in needs]
 
-    def kernel(start_ref, layer_ref, q_ref, k_ref, v_ref, kc_in, vc_in, o_ref, kc, vc, *scr):
+    def kernel(start_ref, layer_ref, q_ref, k_ref, v_ref, kc_in, vc_in, sinks_ref, o_ref, kc, vc,
+               *scr):
         del kc_in, vc_in            # aliased to kc, vc
+        sinks = sinks_ref[...] if g.sinks else None
 
         def body(i, c):
             o_ref[i] = A.attend(g, q_ref[i], k_ref[i], v_ref[i], kc, vc, layer_ref[0] + i,
-                                start_ref, **dict(zip(names, scr)))
+                                start_ref, **dict(zip(names, scr)), sinks=sinks)
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
@@ -46,7 +49,7 @@ def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
         kernel,
         out_shape=(jax.ShapeDtypeStruct((loop, g.rows_padded, g.q_heads * g.head_dim),
                                         jnp.float32), cache, cache),
-        in_specs=[smem, smem, vmem, vmem, vmem, hbm, hbm],
+        in_specs=[smem, smem, vmem, vmem, vmem, hbm, hbm, vmem],
         out_specs=(vmem, hbm, hbm),
         scratch_shapes=[allocation(n.space, n.shape, n.dtype) for n in needs],
         input_output_aliases={5: 1, 6: 2},
@@ -55,15 +58,17 @@ def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
 
 
 def run_case(batch, tokens, kv_heads, group, head_dim, kv_tile, seq_tiles, window, dtype,
-             starts, layer=1, layers=2, loop=1, seed=0):
+             starts, layer=1, layers=2, loop=1, seed=0, softcap=None, sinks=False):
     S = kv_tile * seq_tiles
     rows = batch * tokens
     rp = -(-rows // 8) * 8
     hq = kv_heads * group
-    op = Attention(hq, kv_heads, head_dim, sliding_window=window)
+    op = Attention(hq, kv_heads, head_dim, sliding_window=window, logit_softcap=softcap,
+                   sinks=sinks)
     g = A.AttentionGeometry(batch, tokens, rp, hq, kv_heads, head_dim, kv_tile, S,
-                            op.softmax_scale, window, jnp.dtype(dtype).name)
+                            op.softmax_scale, window, jnp.dtype(dtype).name, softcap, sinks)
     rng = np.random.default_rng(seed)
+    sink = (2.0 * rng.standard_normal((1, hq))).astype(np.float32)   # some above every score
     start = np.asarray(starts, np.int32)
     q = rng.standard_normal((loop, rp, hq * head_dim)).astype(np.float32)
     k = rng.standard_normal((loop, rp, g.width)).astype(np.float32)
@@ -80,7 +85,8 @@ def run_case(batch, tokens, kv_heads, group, head_dim, kv_tile, seq_tiles, windo
         caches = {"x.a.k": want_k[l].reshape(shape), "x.a.v": want_v[l].reshape(shape)}
         ctx = R._Ctx(batch, tokens, positions, caches, "x.")
         want_out.append(R.attention(op, jnp.asarray(q[i, :rows]), jnp.asarray(k[i, :rows]),
-                                    jnp.asarray(v[i, :rows]), ctx, name))
+                                    jnp.asarray(v[i, :rows]), ctx, name,
+                                    {"sinks": jnp.asarray(sink[0])}))
         want_k = want_k.at[l].set(ctx.caches["x.a.k"].reshape(batch, S, -1))
         want_v = want_v.at[l].set(ctx.caches["x.a.v"].reshape(batch, S, -1))
 
@@ -93,7 +99,8 @@ def run_case(batch, tokens, kv_heads, group, head_dim, kv_tile, seq_tiles, windo
     vc_in = jnp.where(dead, jnp.nan, vc).astype(dtype)
 
     f = jax.jit(build(g, layers, loop, interpret()))
-    out, k2, v2 = f(jnp.asarray(start), jnp.asarray([layer], jnp.int32), q, k, v, kc_in, vc_in)
+    out, k2, v2 = f(jnp.asarray(start), jnp.asarray([layer], jnp.int32), q, k, v, kc_in, vc_in,
+                    sink)
     out = np.asarray(out)
     assert not races_found()
     for i in range(loop):
@@ -114,6 +121,16 @@ def run_case(batch, tokens, kv_heads, group, head_dim, kv_tile, seq_tiles, windo
 ])
 def test_attend_cases(case):
     run_case(*case)
+
+
+@pytest.mark.parametrize("case, softcap, sinks", [
+    # Gemma 2's soft-capped scores, gpt-oss's sinks (alone and with a window)
+    ((2, 2, 2, 2, 128, 16, 3, None, jnp.float32, [5, 40]), 2.0, False),
+    ((3, 1, 2, 2, 64, 16, 2, None, jnp.float32, [0, 17, 31]), None, True),
+    ((2, 3, 1, 4, 128, 16, 3, 4, jnp.bfloat16, [30, 12]), 5.0, True),
+])
+def test_attend_softcap_and_sinks(case, softcap, sinks):
+    run_case(*case, softcap=softcap, sinks=sinks)
 
 
 def test_attend_in_layer_loop():
@@ -142,9 +159,10 @@ def cases(draw):
 
 
 @settings(max_examples=5)
-@given(cases(), st.integers(0, 1), st.integers(0, 3))
-def test_attend_matches_reference(case, layer, seed):
-    run_case(*case, layer=layer, seed=seed)
+@given(cases(), st.integers(0, 1), st.integers(0, 3), st.sampled_from([None, 3.0]),
+       st.booleans())
+def test_attend_matches_reference(case, layer, seed, softcap, sinks):
+    run_case(*case, layer=layer, seed=seed, softcap=softcap, sinks=sinks)
 
 
 @pytest.mark.aot
@@ -155,12 +173,15 @@ def test_attend_compiles_for_tpu7x():
     topo = topologies.get_topology_desc(topology_name="tpu7x:2x2x1", platform="tpu")
     mesh = jax.sharding.Mesh(topo.devices, ("x",))
     sh = jax.sharding.SingleDeviceSharding(topo.devices[0])
-    for window, dt in ((None, jnp.bfloat16), (128, jnp.float32)):
-        g = A.AttentionGeometry(8, 2, 16, 8, 2, 128, 256, 4096, 0.088, window, jnp.dtype(dt).name)
+    for window, dt, cap, sinks in ((None, jnp.bfloat16, None, False),
+                                    (128, jnp.float32, None, False),
+                                    (128, jnp.bfloat16, 50.0, True)):
+        g = A.AttentionGeometry(8, 2, 16, 8, 2, 128, 256, 4096, 0.088, window,
+                                jnp.dtype(dt).name, cap, sinks)
         f = build(g, 4, 2, False)
         sds = [jax.ShapeDtypeStruct(s, d, sharding=sh) for s, d in (
             ((8,), jnp.int32), ((1,), jnp.int32), ((2, 16, 1024), jnp.float32),
             ((2, 16, 256), jnp.float32), ((2, 16, 256), jnp.float32),
-            ((4, 8, 4096, 256), dt), ((4, 8, 4096, 256), dt))]
+            ((4, 8, 4096, 256), dt), ((4, 8, 4096, 256), dt), ((1, 8), jnp.float32))]
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
             jax.jit(f, donate_argnums=(5, 6)).trace(*sds).lower().compile()

@@ -107,7 +107,8 @@ DOCS = {
     "card": [_card(n) for n in ("tiny-moe", "llama-3.2-1b")],
     "ir": [json.loads(model_to_json(zoo.model(n))) for n in ("tiny-moe", "tiny-dense")],
     "hf": [json.loads((FIXTURES / f / "config.json").read_text())
-           for f in ("llama", "qwen2", "qwen3_moe", "mixtral")],
+           for f in ("llama", "qwen2", "qwen3_moe", "mixtral", "gemma2", "gemma3_text",
+                     "olmo2", "gpt_oss", "phi3")],
 }
 
 

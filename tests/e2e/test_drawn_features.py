@@ -1,7 +1,8 @@
-"""The features megakernel.strategies draws beside the card draw's own (layer
-patterns, final-logit soft-capping, o_bias, softmax_scale) and model_graphs'
-elementwise kinds, decoded through the kernel in strict interpret mode against
-the reference on 1 and 2 devices. Each draw is a whole interpret-mode run, so
+"""Drawn models that always have layer patterns (of period 2 or 3), final-logit
+soft-capping, o_bias and softmax_scale together, with the other features on a coin, and
+model_graphs' elementwise kinds, decoded through the kernel in strict interpret
+mode against the reference on 1 and 2 devices (tests/e2e/test_kernel_properties.py
+draws every feature on a coin). Each draw is a whole interpret-mode run, so
 each pair gets two, without shrinking (a failing draw is already small)."""
 
 import pytest
@@ -12,16 +13,15 @@ from megakernel.backends import pallas_tpu as backend
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.models.weights import init_weights
-from megakernel.strategies import FEATURES
 from megakernel.testing import model_configs, model_graphs
 
-TABLE_ONLY = tuple(name for name, f in FEATURES.items() if not f.base)
+REQUIRED = ("layer_pattern", "final_logit_softcap", "o_bias", "softmax_scale")
 
 
 def models(kind: str, devices: int):
     if kind == "graphs":
         return model_graphs(cores=devices, max_layers=3)
-    return model_configs(cores=devices, max_layers=4, require=TABLE_ONLY).map(build)
+    return model_configs(cores=devices, max_layers=4, require=REQUIRED).map(build)
 
 
 @pytest.mark.slow

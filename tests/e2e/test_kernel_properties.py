@@ -47,7 +47,7 @@ def _check_drawn(devices, moe):
         assert result.token_agreement == 1.0, result
         assert result.max_abs_err <= result.tolerance, result
         assert result.cache_max_err <= result.cache_tolerance, result
-    assert result.ok, result
+        assert result.ok, result
 
     prop()
 

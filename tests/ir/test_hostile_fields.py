@@ -32,6 +32,8 @@ VALID_OPS = {
     "scale": dict(factor=0.5),
     "softcap": dict(cap=30.0),
     "channel_scale": dict(dim=64),
+    "mean_square": dict(dim=64),
+    "rms_scale": dict(dim=64, offset=True),
 }
 
 

@@ -12,7 +12,8 @@ from megakernel.models.checkpoint import load_checkpoint
 from megakernel.models.hf import from_hf
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf"
-FAMILIES = ["llama", "mixtral", "qwen2", "qwen3", "qwen3_moe"]
+FAMILIES = ["llama", "mixtral", "qwen2", "qwen3", "qwen3_moe",
+            "mistral", "gemma2", "gemma3_text", "olmo2", "gpt_oss", "phi3"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -33,6 +34,8 @@ def test_reference_matches_hf_logits(family):
     batch, prompt = ids.shape
     caches = R.init_caches(model, batch)
     logits, caches = R.decode_step(model, weights, ids, jnp.zeros(batch, jnp.int32), caches)
+    # Measured (f32 reference vs HF eager f32): at most 4.4e-6 absolute over all
+    # eleven families and three calls (gpt_oss decode 2), logits of O(1-10).
     np.testing.assert_allclose(logits, exp["logits_prefill"], atol=1e-4, rtol=0)
     for step in (1, 2):
         start = jnp.full(batch, prompt + step - 1, jnp.int32)

@@ -28,3 +28,8 @@ def test_describe_mixed_stacks():
 def test_every_zoo_model_describes():
     for name in zoo.names():
         assert f"{zoo.model(name).param_count:,}" in describe(zoo.model(name))
+
+
+def test_describe_lists_embed_and_logit_ops():
+    text = describe(zoo.model("gemma-2-2b"))
+    assert "embed ops: scale factor=48" in text and "logit ops: softcap cap=30" in text

@@ -18,6 +18,14 @@ PUBLISHED_PARAMS = {
     "qwen3-8b": 8_190_735_360,
     "qwen3-32b": 32_762_123_264,
     "qwen3-30b-a3b": 30_532_122_624,
+    "mistral-7b-v0.1": 7_241_732_096,
+    "gemma-2-2b": 2_614_341_888,
+    "gemma-3-1b": 999_885_952,
+    "olmo-2-7b": 7_298_617_344,
+    # gpt-oss-20b's experts are published as MXFP4 blocks; counted as parameters,
+    # as the model card does (20.9B), the card's bf16 weights have the same number.
+    "gpt-oss-20b": 20_914_757_184,
+    "phi-3-mini-4k": 3_821_079_552,
 }
 
 
