@@ -1,5 +1,6 @@
-"""The strategies users draw models from: ``model_configs()`` over one table of
-features, and ``model_graphs()`` for the op kinds no card field writes.
+"""The strategy users draw model cards from: ``model_configs()`` over one table of
+features (``model_graphs()``, in graph_strategies.py, adds the op kinds no card
+field writes).
 
 A feature is one thing a card may use (MoE layers, a sliding/full layer
 pattern, final-logit soft-capping, bf16 weights, ...): one ``Feature`` entry
@@ -53,17 +54,17 @@ def register(feature: Feature) -> Feature:
     return feature
 
 
-def _flag(name: str, field: str, **needs) -> Feature:
+def _flag(name: str, field: str, **rules) -> Feature:
     """A boolean card field set to True."""
     return Feature(name, lambda c: getattr(c, field),
-                   lambda draw, card, cores: dataclasses.replace(card, **{field: True}), **needs)
+                   lambda draw, card, cores: dataclasses.replace(card, **{field: True}), **rules)
 
 
-def _value(name: str, field: str, values, **needs) -> Feature:
+def _value(name: str, field: str, values, **rules) -> Feature:
     """A card field whose default is None (or 0.0), drawn from ``values``."""
     return Feature(name, lambda c: getattr(c, field) not in (None, 0.0),
                    lambda draw, card, cores: dataclasses.replace(
-                       card, **{field: draw(st.sampled_from(values))}), **needs)
+                       card, **{field: draw(st.sampled_from(values))}), **rules)
 
 
 def _moe_flag(name: str, field: str) -> Feature:
