@@ -8,18 +8,29 @@ import dataclasses
 
 from hypothesis import strategies as st
 
+from megakernel.hybrid_strategies import hybrid_configs
 from megakernel.strategies import model_configs
+
+# Options of model_configs that hybrid_configs does not take: with any of them
+# given, the card is model_configs'.
+_CARD_ONLY = {"max_layers", "hidden_sizes", "moe", "without", "require", "mla"}
 
 
 @st.composite
 def model_graphs(draw, **card_options):
-    """A built Model from ``model_configs(**card_options)``, whose FFN outputs may
-    pass through the elementwise kinds no card field writes (an activation gate
+    """A built Model from ``model_configs(mla=None, **card_options)`` (GQA or
+    latent attention) or, on a coin where no option is model_configs' own, from
+    ``hybrid_configs`` (Gated DeltaNet layers), whose FFN outputs may pass
+    through the elementwise kinds no card field writes (an activation gate
     multiplied in, a learned channel scale, a constant scale, a soft-cap), so
     that, over its draws, every op kind the compiler has is drawn."""
     from megakernel.ir.config import build
 
-    model = build(draw(model_configs(**card_options)))
+    if not set(card_options) & _CARD_ONLY and draw(st.integers(0, 3)) == 0:
+        card = draw(hybrid_configs(**card_options))
+    else:
+        card = draw(model_configs(**{"mla": None, **card_options}))
+    model = build(card)
     chain = [op for op in ("gate", "channel_scale", "scale", "softcap") if draw(st.booleans())]
     if not chain:
         return model
