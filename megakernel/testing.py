@@ -2,7 +2,9 @@
 
 ``model_configs()`` draws cards inside the supported space, over one table of
 features (megakernel/strategies.py), and ``model_graphs()`` built models with the
-op kinds no card writes (megakernel/graph_strategies.py); ``decode_cases(model)``
+op kinds no card writes (megakernel/graph_strategies.py); ``mla_blocks()`` and
+``hybrid_configs()`` the latent-attention blocks and Gated DeltaNet hybrids
+(mla_strategies.py, hybrid_strategies.py); ``decode_cases(model)``
 draws batch size, tokens per step, start positions and token ids for a model.
 Sizes default to small values so each draw runs fast on a CPU.
 """
