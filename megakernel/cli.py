@@ -153,7 +153,8 @@ def _check_examples(args) -> int:
     model = cli_args.cut_layers(cli_args.load(args.model), args.layers)
     _fits_interpreter(model, args.max_weights_gib)
     with cli_args.progress(f"{args.examples} drawn cases on {args.devices} core(s)"):
-        report_text = check_examples(model, examples=args.examples, devices=args.devices)
+        report_text = check_examples(model, examples=args.examples, devices=args.devices,
+                                     seed=args.seed)
     print(report_text)   # a failure raises CheckError: the shrunk case, exit 2
     return 0
 
@@ -188,7 +189,8 @@ def _check_args(p) -> None:
     _trust_edited_arg(p)
     p.add_argument("--steps", type=cli_args.int_in(1), default=2, help="decode steps to check")
     p.add_argument("--seed", type=cli_args.int_in(0, 2**32 - 1), default=0,
-                   help="weights and token seed")
+                   help="weights and token seed; with --examples, the seed of the drawn "
+                        "cases (pytest --mk-seed draws the same; weights from seed 0)")
     p.add_argument("--hf", default=None, help="check against a Hugging Face fixture folder")
     p.add_argument("--examples", type=cli_args.int_in(0), default=0,
                    help="property-test N drawn cases (batch, tokens, positions, ids)")
@@ -321,6 +323,12 @@ def error_text(message: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from megakernel import virtual_devices
+
+    # One virtual CPU device per core of an interpret-mode check: more than the
+    # 8 asked for above when --devices wants them, before jax starts.
+    if getattr(args, "devices", 1) > virtual_devices.count() and not virtual_devices.started():
+        virtual_devices.configure(args.devices)
     try:
         with interrupts.raised(f"megakernel {args.command}"):
             return args.fn(args)

@@ -80,6 +80,12 @@ class CheckError(MegakernelError):
     """The kernel disagrees with the reference."""
 
 
+class SetupError(MegakernelError):
+    """The environment cannot run a check: too few virtual devices, no libtpu, a
+    model that does not plan for the requested TensorCores. Not a property of
+    any drawn case; the hint says what to set or change."""
+
+
 @contextlib.contextmanager
 def error_context(prefix: str) -> Iterator[None]:
     """Prefix the path of any project error raised inside the block."""

@@ -93,6 +93,10 @@ def _required(cls) -> set[str]:
 
 CARD_REQUIRED = _required(ModelConfig) | _required(MoEConfig) | _required(RopeScaling) | {"format"}
 OP_REQUIRED = set().union(*(_required(c) for c in OP_KINDS.values())) | {"kind"}
+# An IR file's op documents (a node's "op", the final norm, the embed and logit
+# ops) may leave out the fields that have defaults; the model's own optional keys.
+IR_OP_DOCS = {"op", "final_norm", "embed_ops", "logit_ops"}
+IR_OPTIONAL = {"embed_ops", "logit_ops"}
 HF_REQUIRED = {"model_type", "vocab_size", "hidden_size", "num_hidden_layers",
                "num_attention_heads", "intermediate_size"}
 HF_READ_HARMLESS = {"model_type", "dtype", "torch_dtype", "max_position_embeddings"}
@@ -124,7 +128,9 @@ def _deletable(kind: str, path: tuple) -> bool:
         return leaf in CARD_REQUIRED
     if kind == "hf":
         return len(path) == 1 and leaf in HF_REQUIRED
-    return isinstance(leaf, str) and ("op" not in path or leaf in OP_REQUIRED)
+    if not isinstance(leaf, str) or leaf in IR_OPTIONAL:
+        return False
+    return leaf in OP_REQUIRED or not IR_OP_DOCS & set(path[:-1])
 
 
 def _paths(value, prefix=()):
