@@ -61,10 +61,13 @@ def test_64_layers_compile_within_1_5x_of_4_layers(tmp_path):
     assert full.compile_seconds <= 1.5 * cut.compile_seconds, (full.summary(), cut.summary())
 
 
-# Measured (tpu7x:4x4x1, absorbed form): DeepSeek-V3 55.18 MiB compiled vs 53.38
-# planned, Kimi-K2 56.29 vs 52.78; the expanded form of DeepSeek-V3 56.90 vs 53.24.
-# The excess is Mosaic's own storage for the kernel's values (the plan counts
-# none): at most 3.7 MiB here, 0.7 MiB for qwen3-30b-a3b on 8 cores.
+# Measured (tpu7x:4x4x1, absorbed form, libtpu 0.0.51, after the values model
+# of compiler/layout.values_bytes): DeepSeek-V3 55.62 MiB compiled vs 54.17
+# planned (+1.45), Kimi-K2 56.86 vs 53.56 (+3.30). The MLA layers hold more
+# values than the plan models (every other zoo model is within 0.72 MiB; the
+# cause is not yet found, and the two differ though their rings, pieces and
+# MLA geometries match but for heads per core, 4 vs 2): until it is, these two
+# are held to the measured excess rounded up, not to the 1 MiB of the others.
 MLA_VALUES_MIB = 4
 
 
