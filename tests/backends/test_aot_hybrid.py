@@ -5,11 +5,10 @@ fori_loop over it).
 
 Measured (shared 2-core CPU, noisy): 64 layers 63-72 s, cut to two periods (8
 layers, the same body looped twice) 52-67 s (ratio 0.94-1.27 over three runs);
-VMEM 44.92 MiB by the compiler against 47.57 MiB planned (the plan is 2.7 MiB
-high for the hybrids: their compiled VMEM is below even the declared buffers,
-by 1.5 MiB here; a small hybrid shows -0.50 MiB where its all-attention twin
-shows +0.02, so some GDN-layer buffer is laid out smaller than the planner's
-padding model says; not found yet). Cut to one period (4 layers) it is not
+VMEM 44.92 MiB by the compiler against 46.03 MiB planned (1.1 MiB high;
+it was 2.7 MiB high while the planner padded one-row arrays, the GDN layers'
+norm and gate vectors among them, to 16 rows; qwen3-next-80b-a3b/8 is 0.72 MiB
+high). Cut to one period (4 layers) it is not
 the same kernel: 4 layers without a repetition are covered as a loop of the 3
 GDN layers plus one attention layer, half the code of the 4-layer body, and
 compile in 24.5 s (2.7x less); compiling the body's 3 GDN layers as an inner
