@@ -9,6 +9,13 @@ import time
 import pytest
 
 
+def _default_signals():
+    """The child starts with SIGINT as a terminal gives it: a test run launched in
+    the background (``make test &``) inherits SIGINT ignored, and compile
+    rightly leaves an ignored signal ignored (megakernel/interrupts.py)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("delay", [0.0, 0.3], ids=["at-once", "later"])
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
                          ids=["SIGINT", "SIGTERM"])
@@ -19,7 +26,7 @@ def test_an_interrupted_compile_leaves_nothing(sig, code, delay, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "megakernel.cli", "compile", "qwen3-32b", "--devices", "8",
          "-o", str(out)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        text=True, preexec_fn=_default_signals)
     deadline = time.monotonic() + 60
     try:
         while not (out.parent.is_dir() and any(
