@@ -183,7 +183,7 @@ for _feature in (
     # comparisons' absolute 1e-5 is a few float32 ulps.
     _flag("scale_embeddings", "scale_embeddings", conflicts=("post_norms_only",)),
     _flag("norm_offset", "norm_offset"),
-    _value("final_logit_softcap", "final_logit_softcap", [2.0, 30.0]),
+    _value("final_logit_softcap", "final_logit_softcap", [30.0]),   # Gemma 2's value
     _rope("rope_llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                           "high_freq_factor": 4.0, "original_max_position": 64}),
     _rope("rope_yarn", {"rope_type": "yarn", "factor": 4.0, "original_max_position": 32,

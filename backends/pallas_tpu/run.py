@@ -30,8 +30,12 @@ from megakernel.models import reference
 # 1-4, 1-3 tokens, 2 steps; /tmp-run of 2026-12-03): bf16, 40 draws, largest
 # logit error 1.7e-3 of the scale and largest state error 0.0156 = one bf16
 # ulp at |x| in [2, 4) (a rounding flip of a value both sides compute in f32);
-# f32, 25 draws, 5.3e-7 and 2.6e-6. The bounds are about 3x those.
-TOL = {"float32": 2e-6, "bfloat16": 5e-3}
+# f32, 25 draws, 5.3e-7 and 2.6e-6. The bounds are about 3x those. Re-measured
+# in f32 once the strategy table drew every family option (soft-capped logits,
+# sinks, softmax_scale up to 0.25, post-norm-only blocks; 26 draws on 1-2 cores,
+# 2026-12-03): largest logit error 3.1e-6 of the scale (a cap-30, scale-0.25
+# draw; sharper softmax and the caps' tanh reorder f32 rounding), hence 1e-5.
+TOL = {"float32": 1e-5, "bfloat16": 5e-3}
 CACHE_TOL = {"float32": 4e-6, "bfloat16": 2 ** -7}
 
 
