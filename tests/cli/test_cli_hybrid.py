@@ -1,0 +1,47 @@
+"""The megakernel command on the hybrid linear-attention models: the zoo cards
+and a Qwen3.5 checkpoint folder (the committed fixture), through show, plan,
+compile, check and aot."""
+
+from pathlib import Path
+
+import pytest
+
+from megakernel.cli import main
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "hf" / "qwen3_5"
+
+
+def run(*argv, capsys):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_show_and_plan_the_zoo_cards(capsys):
+    code, out, _ = run("show", "qwen3.5-27b", capsys=capsys)
+    assert code == 0 and "26,895,998,464" in out
+    assert "recurrent state: 153,944,064 bytes per sequence" in out
+    code, out, _ = run("show", "qwen3-next-80b-a3b", capsys=capsys)
+    assert code == 0 and "recurrent state" in out
+    code, out, _ = run("plan", "qwen3.5-27b", "--devices", "8", capsys=capsys)
+    assert code == 0
+    # every state byte in the report: the conv histories and the f32 recurrent state
+    assert ("l0_gdn.recurrent (whole state): 16x1x6x128x128 float32, 6.00 MiB per core, "
+            "split over the cores") in out
+    assert "l0_gdn.hist_v (whole state): 16x1x3x768 bfloat16" in out
+
+
+def test_checkpoint_folder_compiles_checks_and_aot_compiles(tmp_path, capsys):
+    code, out, _ = run("show", str(FIXTURE), capsys=capsys)
+    assert code == 0 and "recurrent state" in out
+    out_dir = tmp_path / "q35"
+    code, out, err = run("compile", str(FIXTURE), "--devices", "1", "-o", str(out_dir),
+                         capsys=capsys)
+    assert code == 0, err
+    code, out, err = run("check", str(out_dir), capsys=capsys)
+    assert code == 0, err
+    assert out.startswith("PASS")
+    pytest.importorskip("libtpu")
+    code, out, err = run("aot", str(out_dir), capsys=capsys)
+    assert code == 0, err
+    assert "VMEM used" in out
