@@ -111,22 +111,28 @@ class KernelRunner:
         tok, start = pack.step_inputs(self.plan, tokens, start_pos)
         self.arrays["tokens"] = self._put(self.ops[0], tok)
         self.arrays["start_pos"] = self._put(self.ops[1], start)
+        outs, logits_out = self.call("interpret-mode step")
+        b, t = np.asarray(tokens).shape
+        rows = self.plan.memory.rows
+        nxt = np.asarray(outs[0])[:rows, 0].reshape(b, t)
+        logits = None
+        if logits_out is not None:
+            logits = pack.logits_from(self.plan, np.asarray(logits_out), b, t)
+        return nxt, logits
+
+    def call(self, what: str):
+        """One kernel call on the current arrays; the caches it returns replace
+        the held ones. -> (outputs, the logits output or None)."""
         try:
             outs = self.step_fn(*[self.arrays[o.name] for o in self.ops])
         except Exception as err:  # noqa: BLE001 - re-raised naming the generated line
             from megakernel.backends.pallas_tpu import load
 
-            raise load.located(err, self.module.__file__, "interpret-mode step") from err
+            raise load.located(err, self.module.__file__, what) from err
         caches = [o for o in self.ops if o.role == "cache"]
         for o, arr in zip(caches, outs[1:1 + len(caches)]):
             self.arrays[o.name] = arr
-        b, t = np.asarray(tokens).shape
-        rows = self.plan.memory.rows
-        nxt = np.asarray(outs[0])[:rows, 0].reshape(b, t)
-        logits = None
-        if len(outs) > 1 + len(caches):
-            logits = pack.logits_from(self.plan, np.asarray(outs[-1]), b, t)
-        return nxt, logits
+        return outs, (outs[-1] if len(outs) > 1 + len(caches) else None)
 
 
 def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, out_dir=None,

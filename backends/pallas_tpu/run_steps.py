@@ -34,19 +34,11 @@ def call(runner, tokens, start_pos, *, end_id: int = -1, limit=None):
               "limit": np.asarray(limit, np.int32).reshape(-1)}
     for name, value in values.items():
         runner.arrays[name] = runner._put(ops[name], value)
-    try:
-        outs = runner.step_fn(*[runner.arrays[o.name] for o in runner.ops])
-    except Exception as err:  # noqa: BLE001 - re-raised naming the generated line
-        from megakernel.backends.pallas_tpu import load
-
-        raise load.located(err, runner.module.__file__, "interpret-mode call") from err
-    caches = [o for o in runner.ops if o.role == "cache"]
-    for o, arr in zip(caches, outs[1:1 + len(caches)]):
-        runner.arrays[o.name] = arr
+    outs, logits_out = runner.call("interpret-mode call")
     got = np.asarray(outs[0])[:b, :n]
     logits = None
-    if len(outs) > 1 + len(caches):
-        logits = pack.logits_from(plan, np.asarray(outs[-1]), b, 1)[:, 0]
+    if logits_out is not None:
+        logits = pack.logits_from(plan, np.asarray(logits_out), b, 1)[:, 0]
     return got, logits
 
 
