@@ -25,6 +25,7 @@ from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectivePlan
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
+from megakernel.compiler.xla_copies import copy_bytes
 from megakernel.ir.graph import Model
 from megakernel.registry import Registry
 
@@ -86,6 +87,8 @@ class CostReport:
     steps_per_call: int = 1
     call_ms: float = 0.0        # the whole call: launch once + steps_per_call steps
     launch_ms: float = 0.0      # per call (kernel launch, first DMA latency)
+    copy_bytes: int = 0         # per call: XLA's copies around the kernel (compiler/xla_copies.py)
+    copy_ms: float = 0.0        # per call: their time (read and written at the DMA bandwidth)
 
 
 def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
@@ -226,7 +229,8 @@ def _walk(phases, credit: float, cap: float, target: Target, rate: float):
 
 def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
              target: Target, request: PlanRequest, *, timeline: bool = True) -> CostReport:
-    """The modeled call: its launch once, then ``request.steps`` steps; steps
+    """The modeled call: its launch and XLA's copies around it
+    (``compiler/xla_copies.py``) once, then ``request.steps`` steps; steps
     after the first start with the ring credit the previous head left (the
     ring runs on across the step boundary). step_ms is the call over N."""
     from megakernel.compiler.cost_timeline import timeline as make_timeline
@@ -239,8 +243,11 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     cap = stream.num_banks * min(avg_tile, stream.bank_bytes) / _bw(target, stream.num_banks)
     launch_costs, credit = _walk(launch, 0.0, cap, target, rate)
     launch_s = sum(p.time_s for p in launch_costs)
+    # Per call, outside the kernel: XLA's copies around it, each read and written.
+    copied = copy_bytes(memory, shard.cores)
+    copies_s = 2 * copied / _bw(target, memory.stream.num_banks)
     first = _walk_step(pre, stacks, head, credit, cap, target, rate)
-    call_s = launch_s + first[0]
+    call_s = launch_s + copies_s + first[0]
     if request.steps > 1:
         call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[-1], cap, target,
                                                    rate)[0]
@@ -254,7 +261,8 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     events = make_timeline(costs, first_layers, steady_costs, tail, model) if timeline else ()
     return CostReport(LABEL, step_s * 1e3, request.tokens / step_s, floor_s * 1e3,
                       floor_s / step_s, hbm, floor_bytes, tuple(costs + steady_costs + tail),
-                      events, request.steps, call_s * 1e3, launch_s * 1e3)
+                      events, request.steps, call_s * 1e3, launch_s * 1e3, copied,
+                      copies_s * 1e3)
 
 
 def _walk_step(pre, stacks, head, credit, cap, target, rate):

@@ -14,7 +14,6 @@ def _mla(c: StackCtx, n) -> list[str]:
     op, mem = n.op, c.plan.memory
     q, kv = v(n.inputs[0]), v(n.inputs[1])
     gate = v(n.inputs[2]) if op.output_gate else "None"
-    cache = mem.buffer(f"hbm.s{c.s}.{n.name}.latent").ident
     table = f"{mem.buffer(f's{c.s}.{n.name}.inv_freq').ident}[...]" if op.rope else "None"
     bound = mem.bound(c.s, n.name)
     lines = []
@@ -25,6 +24,6 @@ def _mla(c: StackCtx, n) -> list[str]:
                      f"dst={mem.buffer(bound[part]).ident})")
     lib = c.library("mla")
     lines.append(f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
-                 f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {cache}, k, start_pos, "
-                 f"{c.buffers(n.name)})")
+                 f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {c.appended(n.name, ['latent'])}, "
+                 f"k, {c.start_ref}, start_pos, {c.first_step}, {c.buffers(n.name)})")
     return lines

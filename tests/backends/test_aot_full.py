@@ -23,6 +23,8 @@ def _aot(model, devices, tmp_path):
     assert result.vmem_used_bytes is not None
     assert result.vmem_used_bytes <= result.vmem_limit_bytes <= 64 * MIB, result.summary()
     assert abs(plan.memory.vmem_total - result.vmem_used_bytes) <= MIB, result.summary()
+    # no cache copied around the call (issue 19): at most 1 MiB per core per call
+    assert result.copy_bytes <= MIB, result.summary()
     return result
 
 

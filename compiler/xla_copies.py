@@ -1,0 +1,56 @@
+"""Model the copies XLA adds around one kernel call, from the plan's buffers.
+
+After ``xla_copies``: the whole arrays, per core, that XLA copies around one
+call of the kernel (each copy reads and writes them), as ``megakernel aot``
+lists them (``AotResult.copies``); the cost model charges them once per call.
+The rules are what the compiled HLO shows (libtpu 0.0.51, TPU7x AOT; tiny-dense
+on 2 cores, tiny-moe on 4, qwen3-8b on 4, docs/verification.md):
+
+- on 2 or more cores the kernel does remote DMAs, and XLA copies every output
+  that leaves the jit out of the custom call's buffer (``next_token``) and
+  every aliased operand in: whole-access state (aliased, updated in place) is
+  copied in and out. Appended state is read only and its new rows feed the
+  in-place update inside the jit: neither is copied;
+- SMEM step operands (token ids, positions, stop operands) are copied;
+- on any core count, HBM operands whose XLA layout differs from Mosaic's:
+  16-bit per-layer vectors ``[L > 1, 1, n]`` (XLA moves the size-1 axis) and
+  32-bit arrays of several rows narrower than 128 lanes (a MoE router's words;
+  XLA tiles them otherwise; a one-row f32 vector is not copied).
+"""
+
+from __future__ import annotations
+
+import math
+
+from megakernel.compiler.buffers import Space
+from megakernel.compiler.layout import LANES, itemsize
+
+
+def _relaid(shape, dtype) -> bool:
+    """XLA's entry layout of this HBM operand is not the one Mosaic takes."""
+    if len(shape) >= 3 and shape[-2] == 1 and shape[0] > 1 and itemsize(dtype) == 2:
+        return True
+    return itemsize(dtype) == 4 and len(shape) >= 2 and shape[-2] > 1 and shape[-1] < LANES
+
+
+def xla_copies(memory, cores: int) -> tuple[tuple[str, int], ...]:
+    """(buffer name, bytes per core) of every copy around one call."""
+    out = []
+    for o in memory.operands:
+        b = memory.buffer(o.buffer)
+        nbytes = math.prod(b.shape) * itemsize(b.dtype)
+        if b.space == Space.SMEM:
+            out.append((b.name, nbytes))
+        elif o.role == "cache" and not o.new_rows and cores > 1:
+            out.append((b.name, 2 * nbytes))             # copied in, and out as the output
+        elif b.space == Space.HBM and o.role != "cache" and _relaid(b.shape, b.dtype):
+            out.append((b.name, nbytes))
+    if cores > 1:
+        b = memory.buffer("next_token")
+        out.append((b.name, math.prod(b.shape) * itemsize(b.dtype)))
+    return tuple(out)
+
+
+def copy_bytes(memory, cores: int) -> int:
+    """Bytes per core XLA copies around one call (``xla_copies`` summed)."""
+    return sum(n for _, n in xla_copies(memory, cores))
