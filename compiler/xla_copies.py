@@ -11,7 +11,8 @@ on 2 cores, tiny-moe on 4, qwen3-8b on 4, docs/verification.md):
   every aliased operand in: whole-access state (aliased, updated in place) is
   copied in and out. Appended state is read only and its new rows feed the
   in-place update inside the jit: neither is copied;
-- SMEM step operands (token ids, positions, stop operands) are copied;
+- one-element SMEM step operands (a batch of 1's token id and position, the
+  end id) are copied (XLA lays a one-element array out otherwise);
 - on any core count, HBM operands whose XLA layout differs from Mosaic's:
   16-bit per-layer vectors ``[L > 1, 1, n]`` (XLA moves the size-1 axis) and
   32-bit arrays of several rows narrower than 128 lanes (a MoE router's words;
@@ -39,7 +40,7 @@ def xla_copies(memory, cores: int) -> tuple[tuple[str, int], ...]:
     for o in memory.operands:
         b = memory.buffer(o.buffer)
         nbytes = math.prod(b.shape) * itemsize(b.dtype)
-        if b.space == Space.SMEM:
+        if b.space == Space.SMEM and math.prod(b.shape) == 1:
             out.append((b.name, nbytes))
         elif o.role == "cache" and not o.new_rows and cores > 1:
             out.append((b.name, 2 * nbytes))             # copied in, and out as the output
