@@ -12,11 +12,13 @@ on 2 cores, tiny-moe on 4, qwen3-8b on 4, docs/verification.md):
   copied in and out. Appended state is read only and its new rows feed the
   in-place update inside the jit: neither is copied;
 - one-element SMEM step operands (a batch of 1's token id and position, the
-  end id) are copied (XLA lays a one-element array out otherwise);
-- on any core count, HBM operands whose XLA layout differs from Mosaic's:
-  16-bit per-layer vectors ``[L > 1, 1, n]`` (XLA moves the size-1 axis) and
-  32-bit arrays of several rows narrower than 128 lanes (a MoE router's words;
-  XLA tiles them otherwise; a one-row f32 vector is not copied).
+  end id) are copied (XLA lays a one-element array out otherwise).
+
+The operands are laid out as the kernel takes them (``make_step(...,
+auto_layouts=True)``, as ``megakernel aot`` compiles it; a TPU runner puts its
+arrays in the compiled ``input_formats``): with XLA's default layouts it would
+also relay out every 16-bit per-layer vector ``[L > 1, 1, n]`` and 32-bit
+arrays of several rows narrower than 128 lanes on every call.
 """
 
 from __future__ import annotations
@@ -24,30 +26,21 @@ from __future__ import annotations
 import math
 
 from megakernel.compiler.buffers import Space
-from megakernel.compiler.layout import LANES, itemsize
-
-
-def _relaid(shape, dtype) -> bool:
-    """XLA's entry layout of this HBM operand is not the one Mosaic takes."""
-    if len(shape) >= 3 and shape[-2] == 1 and shape[0] > 1 and itemsize(dtype) == 2:
-        return True
-    return itemsize(dtype) == 4 and len(shape) >= 2 and shape[-2] > 1 and shape[-1] < LANES
+from megakernel.compiler.layout import itemsize
 
 
 def xla_copies(memory, cores: int) -> tuple[tuple[str, int], ...]:
     """(buffer name, bytes per core) of every copy around one call."""
-    out = []
+    out, buffers = [], {b.name: b for b in memory.buffers}    # one pass: planning calls it often
     for o in memory.operands:
-        b = memory.buffer(o.buffer)
+        b = buffers[o.buffer]
         nbytes = math.prod(b.shape) * itemsize(b.dtype)
         if b.space == Space.SMEM and math.prod(b.shape) == 1:
             out.append((b.name, nbytes))
         elif o.role == "cache" and not o.new_rows and cores > 1:
             out.append((b.name, 2 * nbytes))             # copied in, and out as the output
-        elif b.space == Space.HBM and o.role != "cache" and _relaid(b.shape, b.dtype):
-            out.append((b.name, nbytes))
     if cores > 1:
-        b = memory.buffer("next_token")
+        b = buffers["next_token"]
         out.append((b.name, math.prod(b.shape) * itemsize(b.dtype)))
     return tuple(out)
 
