@@ -23,8 +23,10 @@ def _aot(model, devices, tmp_path):
     assert result.vmem_used_bytes is not None
     assert result.vmem_used_bytes <= result.vmem_limit_bytes <= 64 * MIB, result.summary()
     assert abs(plan.memory.vmem_total - result.vmem_used_bytes) <= MIB, result.summary()
-    # no cache copied around the call (issue 19): at most 1 MiB per core per call
+    # no cache copied around the call (issue 19): at most 1 MiB per core per
+    # call, and the cost model charges exactly what the compiler copies
     assert result.copy_bytes <= MIB, result.summary()
+    assert plan.cost.copy_bytes == result.copy_bytes, result.summary()
     return result
 
 
@@ -89,4 +91,7 @@ def test_mla_models_compile_on_32_cores(name, form, tmp_path):
     assert result.vmem_used_bytes is not None
     assert result.vmem_used_bytes <= result.vmem_limit_bytes <= 64 * MIB, result.summary()
     assert result.vmem_used_bytes - result.plan_vmem_bytes <= MLA_VALUES_MIB * MIB, \
+        result.summary()
+    # the latent cache is read only: no copy of it around the call (issue 19)
+    assert result.copy_bytes <= MIB and plan.cost.copy_bytes == result.copy_bytes, \
         result.summary()
