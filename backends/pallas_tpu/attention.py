@@ -185,7 +185,7 @@ def _window(g, k, v, caches, news, layer, b, pos, w0, first, win, wsem, live):
     wr = window_rows(g)
     for j in range(2):
         new_rows.load_window(caches[j].at[layer, b, pl.ds(w0, wr), :], news[j].at[layer, b],
-                    win.at[j], wsem.at[j], first)
+                             win.at[j], wsem.at[j], first)
 
     def put():
         for j, new in enumerate((k, v)):
