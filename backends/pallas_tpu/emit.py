@@ -175,7 +175,6 @@ def _moe(c: StackCtx, n) -> list[str]:
     op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
     bias = c.vec(f"{n.name}.router_bias") if op.correction_bias else "None"
     _, _, tp, local, _ = next(e for e in c.shard.experts if e[0] == n.name)
-    first, count = c.tiles_of(f"{n.name}.router")
     lib = c.library("moe")
     experts = ", ".join(c.hbm(f"{n.name}.experts_{p}") for p in ("gate", "up", "down"))
     extra = ""
@@ -184,9 +183,11 @@ def _moe(c: StackCtx, n) -> list[str]:
     if op.expert_bias:      # the down biases once per group sharing an expert
         tables = ", ".join(c.vec(f"{n.name}.experts_{p}_bias") for p in ("gate", "up", "down"))
         extra += f", biases=({tables}), bias_here=(me % {literal(tp)} == 0)"
-    lines = [f"router = rt.ring_matrix(stream, {c.s}, k, S{c.s}_TILES.tiles[{first}:"
-             f"{first + count}], first={first})",
-             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router, {bias}, "
+    # The router logits stream through the ring like any linear's output, one
+    # weight chunk at a time: a router assembled as one value ([7168, 384] bf16
+    # for Kimi-K2, 5.25 MiB) was held whole in VMEM beside the plan.
+    lines = [c.linear("logits", x, f"{n.name}.router", op.num_experts),
+             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, logits, {bias}, "
              f"{experts}, k, expert_base_s{c.s}_{n.name} * {literal(local)}, "
              f"{c.buffers(n.name)}{extra})"]
     if op.num_shared_experts:

@@ -22,10 +22,11 @@ group-limited selection (1 / 1: none).
   slot_sems   DMA (3, slots)             [gate|up|down, slot]
   ids_sem     DMA (1,)                   used_v -> used_s
 
-``moe_routed(g, x, router, router_bias, experts_gate, experts_up, experts_down,
+``moe_routed(g, x, logits, router_bias, experts_gate, experts_up, experts_down,
 layer, expert_offset, **buffers, logit_bias=None, biases=None, bias_here=True)
--> partial [rows_padded, hidden] f32`` - x value [RP, hidden] f32; router value
-[hidden, E] (weights dtype); router_bias value [1, E] f32 or None; experts_* HBM
+-> partial [rows_padded, hidden] f32`` - x value [RP, hidden] f32; logits value
+[RP, E] f32, x @ router (the emitter streams the router through the ring like
+any linear: x in the weight's dtype, f32 accumulation); router_bias value [1, E] f32 or None; experts_* HBM
 refs [L, experts_local, ...]; layer traced int32; expert_offset = global id of
 local expert 0 (EP) or 0 (TP); logit_bias [1, E] f32 (``router_logit_bias``);
 biases (gate [1, experts_local, inter_local], up, down [1, experts_local,
@@ -154,10 +155,10 @@ def _matmul(x, w):
     return jnp.dot(x.astype(w.dtype), w, precision=prec, preferred_element_type=jnp.float32)
 
 
-def route(g: MoEGeometry, x, router, router_bias, logit_bias=None):
-    """combine [RP, E] f32: row n's weight for global expert e (0 if not picked
-    or a padding row), and used [1, E] int32: picked by any valid row."""
-    logits = _matmul(x, router)                                   # [RP, E]
+def route(g: MoEGeometry, logits, router_bias, logit_bias=None):
+    """combine [RP, E] f32 from the router logits [RP, E] f32: row n's weight
+    for global expert e (0 if not picked or a padding row), and used [1, E]
+    int32: picked by any valid row."""
     if g.router_logit_bias:
         logits = logits + logit_bias
     if g.scoring == "softmax":
@@ -251,14 +252,14 @@ def _glu(g: MoEGeometry, gate, up):
     return clamped_swiglu(gate, up, g.swiglu_limit, g.swiglu_alpha)
 
 
-def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
+def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
                experts_down, layer, expert_offset, *, used_v, used_s, uniq, gate_slots,
                up_slots, down_slots, slot_sems, ids_sem, logit_bias=None, biases=None,
                bias_here=True):
     uniq_s, gate_b, up_b, down_b, sems, isem = (uniq, gate_slots, up_slots, down_slots,
                                                 slot_sems, ids_sem)
     K, C, nc = g.slots, g.chunk, g.chunks
-    combine, used = route(g, x, router, router_bias, logit_bias)
+    combine, used = route(g, logits, router_bias, logit_bias)
     used_v[...] = jnp.broadcast_to(used, used_v.shape)
     cp = pltpu.make_async_copy(used_v, used_s, isem.at[0])
     cp.start()

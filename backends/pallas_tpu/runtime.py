@@ -316,14 +316,3 @@ def ring_to_ref(stream, s, k, tiles, first, dst):
     for j, t in enumerate(tiles):
         stream.consume(s, k, first + j, lambda pieces, t=t: put(pieces, t))
 
-
-def ring_matrix(stream, s, k, tiles, first):
-    """A whole (small) weight assembled from its ring tiles, as a value."""
-    rows = {}
-    stream.begin(s, k, first, len(tiles))
-    for j, t in enumerate(tiles):
-        got = stream.consume(s, k, first + j, lambda p: [(c, w[...]) for c, w in p])
-        rows.setdefault(t.r0, []).extend((t.c0 + c, w) for c, w in got)
-    out = [jnp.concatenate([w for _, w in sorted(r)], axis=-1) if len(r) > 1 else r[0][1]
-           for _, r in sorted(rows.items())]
-    return out[0] if len(out) == 1 else jnp.concatenate(out, axis=0)
