@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from megakernel.backends.pallas_tpu.emit import EMITTERS, StackCtx, v
 from megakernel.backends.pallas_tpu.gdn import STATES
+from megakernel.backends.pallas_tpu.steps import STEPPING, Stepping
 
 
 @EMITTERS.register("gated_deltanet")
@@ -23,3 +24,8 @@ def _gdn(c: StackCtx, n) -> list[str]:
     return [f"{v(n.outputs[0])} = {lib}.step({g}, ({q}, {k}, {vv}), {z}, {b}, {a}, {taps}, "
             f"{c.vec(n.name + '.A_log')}, {c.vec(n.name + '.dt_bias')}, "
             f"{c.vec(n.name + '.norm')}, {hbm}, k, sync=SYNCHRONISED, {bufs})"]
+
+
+STEPPING.register("gated_deltanet")(Stepping(
+    False, "the conv history and recurrent state are updated for every sequence "
+           "(gdn.step takes no stopped=), so a stopped sequence's state would change"))

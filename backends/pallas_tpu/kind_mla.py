@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from megakernel.backends.pallas_tpu.declare import literal
 from megakernel.backends.pallas_tpu.emit import EMITTERS, StackCtx, v
+from megakernel.backends.pallas_tpu.steps import STEPPING, Stepping
 
 
 @EMITTERS.register("mla")
@@ -28,3 +29,8 @@ def _mla(c: StackCtx, n) -> list[str]:
                  f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {cache}, k, start_pos, "
                  f"{c.buffers(n.name)})")
     return lines
+
+
+STEPPING.register("mla")(Stepping(
+    False, "the latent cache row is written for every sequence (mla.attend takes no "
+           "stopped=), so a stopped sequence's cache would change"))

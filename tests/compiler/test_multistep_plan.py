@@ -76,3 +76,31 @@ def test_state_kinds_without_step_support_are_refused_by_name():
         plan_model(zoo.model("deepseek-v3"), devices=32, steps=4)
     assert info.value.path == "request.steps_per_call"
     assert "'mla'" in str(info.value) and "--steps-per-call 1" in str(info.value)
+
+
+def test_every_state_owning_kind_says_how_it_steps():
+    """The multi-step rule is registered per state-owning kind (its kernel
+    library's word), not kept as a list of names in the planner."""
+    from megakernel.backends.pallas_tpu.steps import STEPPING
+    from megakernel.ir.types import DType
+    from megakernel.ir.ops import OP_KINDS
+    from tests.ir.test_hostile_fields import VALID_OPS
+
+    owners = {k for k, kw in VALID_OPS.items()
+              if OP_KINDS[k](**kw).state(1, 16, DType("float32"))}
+    assert {"attention", "mla", "gated_deltanet"} <= owners
+    assert owners <= STEPPING.kinds()
+    assert all(STEPPING(k).how for k in owners)
+
+
+def test_a_state_kind_with_no_multi_step_rule_is_a_named_error(monkeypatch):
+    from megakernel.backends.pallas_tpu.steps import STEPPING
+    from megakernel.registry import MissingRuleError
+
+    STEPPING.kinds()                      # every kind's rules loaded before one is taken out
+    monkeypatch.delitem(STEPPING._rules, "attention")
+    with pytest.raises(MissingRuleError) as info:
+        plan_model(zoo.model("tiny-dense"), devices=1, steps=4)
+    assert str(info.value).startswith("no multi-step rule for op kind 'attention' (")
+    assert "kind_<name>.py" in str(info.value)
+    plan_model(zoo.model("tiny-dense"), devices=1, steps=1)     # one step needs no rule
