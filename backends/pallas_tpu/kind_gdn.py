@@ -23,9 +23,9 @@ def _gdn(c: StackCtx, n) -> list[str]:
                    f"  # layers[{c.s}].{n.name}: the last state writes")
     return [f"{v(n.outputs[0])} = {lib}.step({g}, ({q}, {k}, {vv}), {z}, {b}, {a}, {taps}, "
             f"{c.vec(n.name + '.A_log')}, {c.vec(n.name + '.dt_bias')}, "
-            f"{c.vec(n.name + '.norm')}, {hbm}, k, sync=SYNCHRONISED, {bufs})"]
+            f"{c.vec(n.name + '.norm')}, {hbm}, k, sync=SYNCHRONISED, {bufs}{c.stopped()})"]
 
 
 STEPPING.register("gated_deltanet")(Stepping(
-    False, "the conv history and recurrent state are updated for every sequence "
-           "(gdn.step takes no stopped=), so a stopped sequence's state would change"))
+    True, "keeps a stopped sequence's conv history and recurrent state as fetched (its "
+          "VMEM slot is not stored, so the write-back returns the old bytes)"))
