@@ -10,8 +10,9 @@ The rule, from a plan of the same request (N = 1 for ``choose``):
                 + XLA copies: on 2+ cores XLA copies every aliased state
                   operand (KV caches, recurrent states) into and out of the
                   kernel's buffers around each call (docs/verification.md,
-                  measured by ``aot``: 2 x the state bytes per core), each
-                  copy read and written at the core's HBM bandwidth
+                  measured by ``aot``: at least 2 x the state bytes per
+                  core), each copy read and written at the core's HBM
+                  bandwidth
     per-step  S = the modeled call without its launch, over its steps
     N         = ceil(P / (AMORTISED_SHARE x S)), at least 1, at most
                 MAX_STEPS_PER_CALL and the room ``max_seq_len`` leaves
@@ -28,6 +29,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from megakernel.compiler.layout import itemsize
 from megakernel.compiler.plan import Plan
 from megakernel.compiler.request import MAX_STEPS_PER_CALL
 from megakernel.errors import PlanningError
@@ -61,11 +63,17 @@ class StepsChoice:
 
 def copy_bytes(plan: Plan) -> int:
     """Bytes per core XLA copies around one call: the aliased state operands in
-    and out, on 2+ cores (a kernel with remote DMAs); none on one core."""
+    and out, on 2+ cores (a kernel with remote DMAs); none on one core. XLA
+    copies arrays, not VMEM tiles: their logical bytes, not the padded
+    ``nbytes``. A lower bound: some kernels also get small operands copied
+    (measured: tiny-moe/4 1.50 MiB modeled, 1.51 by aot; the hybrid of
+    tests/backends/test_gdn_op.py in bf16 on 2 cores 0.24 modeled, 0.43 by aot,
+    the rest packed weights and vectors)."""
     if plan.shard.cores < 2:
         return 0
     cache = {o.buffer for o in plan.memory.operands if o.role == "cache"}
-    return 2 * sum(b.nbytes for b in plan.memory.buffers if b.name in cache)
+    return 2 * sum(math.prod(b.shape) * itemsize(b.dtype)
+                   for b in plan.memory.buffers if b.name in cache)
 
 
 def recommend(plan: Plan, *, context: int | None = None) -> StepsChoice:
