@@ -70,13 +70,20 @@ def test_bad_steps_per_call_is_named(kw, path):
     assert err.value.path == path
 
 
-def test_state_kinds_without_step_support_are_refused_by_name():
-    """A latent cache (MLA) is not yet carried across steps inside one call:
-    asking for several steps names the op kind and the fix, before planning."""
+def _rules():
+    STEPPING.kinds()                      # every kind's rules loaded before one is changed
+    return STEPPING._rules
+
+
+def test_state_kinds_without_step_support_are_refused_by_name(monkeypatch):
+    """A kind whose library says it does not carry its state across steps is
+    refused for several steps per call, before planning, with its reason."""
+    monkeypatch.setitem(_rules(), "mla", Stepping(False, "its cache write is unconditional"))
     with pytest.raises(PlanningError) as info:
         plan_model(zoo.model("deepseek-v3"), devices=32, steps=4)
     assert info.value.path == "request.steps_per_call"
     assert "'mla'" in str(info.value) and "--steps-per-call 1" in str(info.value)
+    assert "its cache write is unconditional" in str(info.value)
 
 
 def test_every_state_owning_kind_says_how_it_steps():
@@ -91,11 +98,6 @@ def test_every_state_owning_kind_says_how_it_steps():
     assert {"attention", "mla", "gated_deltanet"} <= owners
     assert owners <= STEPPING.kinds()
     assert all(STEPPING(k).how for k in owners)
-
-
-def _rules():
-    STEPPING.kinds()                      # every kind's rules loaded before one is changed
-    return STEPPING._rules
 
 
 def test_a_state_kind_with_no_multi_step_rule_is_a_named_error(monkeypatch):

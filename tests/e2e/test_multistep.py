@@ -9,7 +9,7 @@ stop there: later lanes repeat the end id and its cache stops changing; with a
 length limit a row stops when its next position reaches it. The hybrid
 model (Gated DeltaNet) carries its conv histories and recurrent states across
 the steps: a stopped row's states must stay as they were (compared with the
-reference's after the N steps, like every cache).
+reference's after the N steps, like every cache); so does MLA's latent cache.
 """
 
 import dataclasses
@@ -24,7 +24,7 @@ from megakernel.models.weights import init_weights
 
 from megakernel.ir.config import build
 from tests.backends.test_gdn_op import HYBRID
-from tests.e2e.test_decode import dense, moe
+from tests.e2e.test_decode import dense, mla, moe
 
 
 def hybrid(dtype="float32"):
@@ -42,6 +42,8 @@ CASES = [  # (id, model factory, devices, batch, steps, multistep check options)
     ("hybrid-f32-1dev-end-limit", lambda: hybrid(), 1, 2, 3,
      dict(end_at=1, limit=np.array([64, 6], np.int32))),
     ("hybrid-bf16-2dev-end", lambda: hybrid("bfloat16"), 2, 2, 3, dict(end_at=1)),
+    ("mla-f32-1dev-end-limit", lambda: mla(), 1, 2, 3,
+     dict(end_at=1, limit=np.array([64, 5], np.int32))),
 ]
 SLOW = [
     ("moe-bf16-4dev-end", lambda: moe("bfloat16"), 4, 2, 2, dict(end_at=0)),
