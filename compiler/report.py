@@ -32,6 +32,17 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
 
 
+def _steps_rule(plan: Plan) -> list[str]:
+    """What ``--steps-per-call auto`` would choose for this request (a plan made
+    with auto says it under Choices instead)."""
+    from megakernel.compiler.choose_steps import recommend
+
+    if any(k == "steps_per_call" for k, _ in plan.choices):
+        return []
+    return [f"steps per call requested; --steps-per-call auto would choose: "
+            f"{recommend(plan).describe()}"]
+
+
 def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
     c, m, t, r = plan.cost, plan.memory, plan.target, plan.request
     labels = [p.label for p in m.points]
@@ -40,6 +51,7 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         f"modeled step time: {c.step_ms:.3f} ms per step",
         f"steps per call: {c.steps_per_call} (modeled call {c.call_ms:.3f} ms: launch "
         f"{c.launch_ms:.3f} ms once, the steps' costs {c.steps_per_call} times)",
+        *_steps_rule(plan),
         f"modeled tokens/s per user: {c.tokens_per_s_per_user:,.1f}",
         f"HBM floor: {c.floor_ms:.3f} ms ({c.floor_bytes_per_core / 1e9:.3f} GB read per core "
         f"at {t.hbm_bw / 1e12:.2f} TB/s)",

@@ -42,6 +42,19 @@ def id_list(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
+def steps_per_call(text: str) -> "int | str":
+    """An argparse type: "auto" (the planner chooses) or an integer in 1..128."""
+    from megakernel.compiler.choose_steps import AUTO
+    from megakernel.compiler.request import MAX_STEPS_PER_CALL
+
+    if text == AUTO:
+        return AUTO
+    try:
+        return int_in(1, MAX_STEPS_PER_CALL)(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err}, or auto") from None
+
+
 def int_in(low: int, high: int | None = None):
     """An argparse type: an integer in [low, high] (no upper bound if None)."""
     span = f"in {low}..{high}" if high is not None else f">= {low}"
@@ -143,9 +156,10 @@ def plan_args(p, *, model_optional: bool = False) -> None:
     p.add_argument("--tokens", "-t", type=positive, default=1,
                    help="new tokens per sequence per step")
     # Not --steps: `check --steps` counts the steps a check runs.
-    p.add_argument("--steps-per-call", type=int_in(1, 128), default=1, metavar="N",
+    p.add_argument("--steps-per-call", type=steps_per_call, default=1, metavar="auto|N",
                    help="greedy decode steps one kernel call runs (tokens fed back "
-                        "inside the kernel; needs --tokens 1)")
+                        "inside the kernel; needs --tokens 1). Default 1; auto: the "
+                        "planner's choice (its rule and N in the report)")
     p.add_argument("--context", type=positive, default=None,
                    help="cached tokens the cost model assumes")
     p.add_argument("--layers", type=positive, default=None,

@@ -23,11 +23,13 @@ the core), chosen by the planner. L = rank + rope_dim values per cached token.
   m, l         (heads, RP, 1) f32; acc, out (heads, RP, dv) f32
 
 ``attend(g, q, kv_a, gate, kv_norm, inv_freq, pos, cache, layer, start_ref,
-**buffers) -> [RP, heads*dv] f32`` - q [RP, heads*(dn+dr)] (this
+stopped=None, **buffers) -> [RP, heads*dv] f32`` - q [RP, heads*(dn+dr)] (this
 core's heads), kv_a [RP, L] (replicated), gate [RP, heads*dv] or None, kv_norm
 [1, R] f32, inv_freq [1, dr/2] f32 (None for NoPE), pos [RP, 1] int32, cache
 HBM ref [layers, batch, max_seq_len, L] (replicated: every core writes the same
-rows), layer traced int32, start_ref SMEM [batch]; the w_uk / w_uv buffers hold
+rows), layer traced int32, start_ref SMEM [batch]; stopped SMEM [batch] int32
+in a multi-step call (backends/pallas_tpu/steps.py: a sequence with
+stopped[b] != 0 gets no cache write); the w_uk / w_uv buffers hold
 this layer's weights already (the emitter copies them from the ring).
 Writes the new latent rows (c_kv normed, k_pe roped) at start[b]+t, then
 attends causally; padding rows give 0. Every DMA is waited before return.
@@ -226,7 +228,7 @@ def _fresh(m_ref, l_ref, acc_ref):
     return begin
 
 
-def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
+def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped):
     R, RP, T, M = g.rank, g.rows_padded, g.tokens, g.rows
     dn, dv = g.nope_dim, g.v_dim
     q_lat, m, l, acc, out = (bufs[k] for k in ("q_lat", "m", "l", "acc", "out"))
@@ -251,13 +253,14 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
         safe = jnp.where(l[...] > 0, l[...], 1.0)    # other sequences' rows have l == 0
         out[...] = jnp.where(rows_b, acc[...] / safe, out[...])
 
-    mla_cache.sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish)
+    mla_cache.sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish,
+                        stopped)
     # o_h = c^_h W_UV_h: back from latent space to this head's values
     return [_dot(out[pl.ds(h * RP, RP), :], w_uv[:, pl.ds(h * dv, dv)].astype(jnp.float32))
             for h in range(g.heads)]
 
 
-def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
+def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped):
     R, RP, T = g.rank, g.rows_padded, g.tokens
     dn, dv = g.nope_dim, g.v_dim
     qn, qp, m, l, acc, out = (bufs[k] for k in ("q_nope", "q_pe", "m", "l", "acc", "out"))
@@ -293,15 +296,16 @@ def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs):
             safe = jnp.where(lh > 0, lh, 1.0)
             out[h] = jnp.where(rows_b, acc[h] / safe, out[h])
 
-    mla_cache.sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish)
+    mla_cache.sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish,
+                        stopped)
     return [out[h] for h in range(g.heads)]
 
 
 def attend(g: MLAGeometry, q, kv_a, gate, kv_norm, inv_freq, pos, cache, layer, start_ref,
-           **bufs):
+           stopped=None, **bufs):
     q_nope, q_pe, new = _new_rows(g, q, kv_a, kv_norm, inv_freq, pos)
     form = _absorbed if g.form == "absorbed" else _expanded
-    heads = form(g, q_nope, q_pe, new, cache, layer, start_ref, bufs)
+    heads = form(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped)
     o = jnp.concatenate(heads, axis=-1) if len(heads) > 1 else heads[0]
     if g.output_gate:
         o = o * jax.nn.sigmoid(gate)

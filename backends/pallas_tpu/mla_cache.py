@@ -35,8 +35,9 @@ def write_latent(g, new, cache, layer, b, pos, win, wsem):
     back.wait()            # the tile reads below must see the new rows
 
 
-def sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish):
-    """For each sequence b: write its new rows, then stream its valid tiles
+def sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish, stopped=None):
+    """For each sequence b: write its new rows (not when stopped[b] != 0, in a
+    multi-step call), then stream its valid tiles
     (double-buffered) in chunks of ``n`` keys through ``chunk(b, k0, latent
     [n, L], pos)``
     (cache dtype, rows past the end zeroed; k0: the chunk's first key
@@ -51,7 +52,12 @@ def sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish):
 
     def seq_body(b, carry):
         pos = start_ref[b]
-        write_latent(g, new, cache, layer, b, pos, bufs["window"], bufs["window_sems"])
+        if stopped is None:
+            write_latent(g, new, cache, layer, b, pos, bufs["window"], bufs["window_sems"])
+        else:       # a multi-step call leaves a stopped sequence's cache alone
+            @pl.when(stopped[b] == 0)
+            def _():
+                write_latent(g, new, cache, layer, b, pos, bufs["window"], bufs["window_sems"])
         n_valid = pos + T
         hi = (n_valid + St - 1) // St
         copy(b, 0, 0).start()
