@@ -8,11 +8,13 @@ kernel's own order of starts and waits, doing each consumed tile's matmul
 after its wait. Nothing here comes from the plan: a kernel that fetched
 less far ahead (the synchronised-ops ablation) shows it in its own replay.
 
-The HBM path is processor-shared: the DMAs in flight split the core's
-sustained bandwidth (``hbm_efficiency`` x peak), and one DMA gets at most
-``hbm_share_per_dma`` of it, so a kernel needs several DMAs in flight to
-stream at full speed. Each DMA starts moving ``dma_latency_s`` after it is
-issued. Compute per consumed tile is the MXU time of a decode matmul
+The DMAs are served by ``compiler/dma_service.py``, the model the cost model
+uses too: the DMAs in flight share the core's sustained HBM bandwidth, one DMA
+draws at most ``hbm_share_per_dma`` of it, each starts ``dma_latency_s`` after
+issue. Remote copies (the collectives) are off the HBM path: each completes
+``phase_seconds`` after it started (every peer sends in parallel, so this
+core's receives land when its sends do), and the core stalls on it at its
+wait. Compute per consumed tile is the MXU time of a decode matmul
 (``mxu_push_rows`` LHS rows at least, ``f32_matmul_slowdown`` for f32) plus
 ``tile_overhead_s``; per-layer vectors and embedding rows cost
 ``op_overhead_s``. Vector-unit ops between DMAs (norms, RoPE, softmax) are
@@ -24,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megakernel.compiler.cost import Event
+from megakernel.compiler.dma_service import HbmPath, phase_seconds
 from megakernel.compiler.target import CostConstants
 
 MATMUL_KINDS = ("ring", "experts", "kv")
@@ -41,67 +44,26 @@ class Replay:
         return self.step_us / 1e3
 
 
-class _HbmPath:
-    """Processor-shared DMA transfers; times in us."""
-
-    def __init__(self, bw: float, cap: float, latency_us: float):
-        self.bw, self.cap, self.latency = bw, cap, latency_us
-        self.now = 0.0
-        self.pending: dict[int, tuple[float, float]] = {}   # id -> (ready at, bytes left)
-        self.done_at: dict[int, float] = {}
-        self.started: dict[int, float] = {}
-
-    def start(self, dma: int, nbytes: int, t: float) -> None:
-        self.run_until(t)
-        self.pending[dma] = (t + self.latency, float(nbytes))
-        self.started[dma] = t
-
-    def _rate(self, moving: int) -> float:      # bytes/us per moving DMA
-        return min(self.cap, self.bw / moving) / 1e6
-
-    def run_until(self, t: float, until_done: int | None = None) -> None:
-        """Advance to time t (or, with ``until_done``, until that DMA completes)."""
-        while self.pending and (until_done in self.pending or self.now < t):
-            moving = [d for d, (ready, _) in self.pending.items() if ready <= self.now]
-            if not moving:
-                nxt = min(ready for ready, _ in self.pending.values())
-                if until_done is None and nxt >= t:
-                    break
-                self.now = nxt
-                continue
-            rate = self._rate(len(moving))
-            finish = min(self.pending[d][1] for d in moving) / rate
-            nxt_ready = min((r for r, _ in self.pending.values() if r > self.now),
-                            default=float("inf"))
-            step = min(finish, nxt_ready - self.now)
-            if until_done is None:
-                step = min(step, t - self.now)
-            for d in moving:
-                ready, left = self.pending[d]
-                left -= rate * step
-                if left <= 1e-6:
-                    del self.pending[d]
-                    self.done_at[d] = self.now + step
-                else:
-                    self.pending[d] = (ready, left)
-            self.now += step
-        self.now = max(self.now, t) if until_done is None else self.now
-
-
 def replay(program, target, *, rows_padded: int, itemsize: int, f32: bool,
            constants: CostConstants | None = None) -> Replay:
     """Replay ``program``: (op, dma id, bytes, kind) in program order, op in
     {"start", "done"}, as ``trace.TraceResult.program(core)`` gives it."""
+    import dataclasses
+
     c = constants or CostConstants.default()
-    bw = target.hbm_bw * c.hbm_efficiency
-    path = _HbmPath(bw, bw * c.hbm_share_per_dma, c.dma_latency_s * 1e6)
+    path = HbmPath(target, c)
+    remote_target = dataclasses.replace(target, constants=c)
+    remote: dict[int, tuple[float, float]] = {}    # id -> (started, lands) in us
     flops = target.bf16_flops / (c.f32_matmul_slowdown if f32 else 1.0)
     lhs_rows = max(rows_padded, c.mxu_push_rows)
     t = c.kernel_launch_s * 1e6
     events, stall, moved, sizes = [], 0.0, 0, {}
     for op, dma, nbytes, kind in program:
-        if kind in ("local", "collective"):
-            continue                      # on-core copies; remote copies: not on HBM
+        if kind == "local":
+            continue                      # on-core copies
+        if kind == "collective":
+            t, stall = _remote(op, dma, nbytes, t, stall, remote, remote_target, events)
+            continue
         if op == "start":
             path.start(dma, nbytes, t)
             sizes[dma] = (nbytes, kind)
@@ -124,3 +86,19 @@ def replay(program, target, *, rows_padded: int, itemsize: int, f32: bool,
         events.append(Event("compute", kind, t, t + work))
         t += work
     return Replay(t, tuple(events), stall, moved)
+
+
+def _remote(op, dma, nbytes, t, stall, remote, target, events):
+    """A remote copy: started at ``t``, lands one collective phase later; its
+    wait stalls the core until then. -> (t, stall)."""
+    if op == "start":
+        remote[dma] = (t, t + phase_seconds(nbytes, target) * 1e6)
+        return t, stall
+    if dma not in remote:
+        return t, stall
+    started, lands = remote.pop(dma)
+    events.append(Event("collective", "remote copy", started, lands))
+    if lands > t:
+        events.append(Event("stall", "wait collective", t, lands))
+        return lands, stall + lands - t
+    return t, stall

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from megakernel.compiler import dma_service
 from megakernel.compiler.layout import itemsize
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectivePlan
@@ -94,7 +95,7 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
     c = target.constants
     rate = target.bf16_flops / (c.f32_matmul_slowdown if model.dtype.value == "float32" else 1)
     rows_eff = max(memory.rows_padded, c.mxu_push_rows)
-    ring = memory.stream.num_banks
+    ring = dma_service.ring_in_flight(memory.stream.num_banks)
     item = itemsize(model.dtype)
     ar = {s.name: s for s in collectives.sites}
     seconds = {s.name: s.seconds for s in collectives.specs}
@@ -155,7 +156,7 @@ class _NodeCost:
     target: Target
     request: PlanRequest
     rows_eff: float      # LHS rows the MXU charges for (weight-push bound)
-    ring: int            # ring depth: DMAs the weight stream keeps in flight
+    ring: int            # DMAs the weight stream keeps in flight (dma_service.ring_in_flight)
 
 
 # One rule per op kind: (ctx, node, phase fields of its ring tiles) -> phase fields.
@@ -199,8 +200,7 @@ def _moe_cost(cx: _NodeCost, node, ph: dict) -> dict:
 
 
 def _bw(target: Target, outstanding: int) -> float:
-    c = target.constants
-    return target.hbm_bw * c.hbm_efficiency * min(1.0, outstanding * c.hbm_share_per_dma)
+    return dma_service.bandwidth(target, target.constants, outstanding)
 
 
 def _walk(phases, credit: float, cap: float, target: Target, rate: float):
@@ -236,7 +236,8 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     stream = memory.stream
     n_tiles = sum(s.per_layer for s in stream.stacks) + len(stream.head)
     avg_tile = (sum(s.bytes_per_layer for s in stream.stacks) + stream.head_bytes) / max(n_tiles, 1)
-    cap = stream.num_banks * min(avg_tile, stream.bank_bytes) / _bw(target, stream.num_banks)
+    in_flight = dma_service.ring_in_flight(stream.num_banks)
+    cap = stream.num_banks * min(avg_tile, stream.bank_bytes) / _bw(target, in_flight)
     launch_costs, credit = _walk(launch, 0.0, cap, target, rate)
     launch_s = sum(p.time_s for p in launch_costs)
     first = _walk_step(pre, stacks, head, credit, cap, target, rate)
