@@ -12,8 +12,8 @@ modeled. Per phase:
 refined by the ring: while the compute side waits (a collective, an expert
 fetch after routing) or outruns nothing (compute-bound phases), the weight
 ring keeps streaming up to its capacity, and later phases find those tiles
-already resident ("credit"). A stack is walked until the carried credit is
-steady, so one layer stands for all of the stack's layers.
+already resident ("credit"). A stack's layers are walked one by one until
+the carried credit is steady; the steady layer then stands for the rest.
 """
 
 from __future__ import annotations
@@ -87,6 +87,9 @@ class CostReport:
     steps_per_call: int = 1
     call_ms: float = 0.0        # the whole call: launch once + steps_per_call steps
     launch_ms: float = 0.0      # per call (kernel launch, first DMA latency)
+    # Per stack, layers 2.. walked one by one before the credit settled (each a
+    # tuple of PhaseCost); the stack's remaining layers cost its steady layer.
+    walked: tuple = ()
 
 
 def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
@@ -243,37 +246,53 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     first = _walk_step(pre, stacks, head, credit, cap, target, rate)
     call_s = launch_s + first[0]
     if request.steps > 1:
-        call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[-1], cap, target,
+        call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[5], cap, target,
                                                    rate)[0]
-    total, costs, first_layers, steady_costs, tail, _ = first
+    total, costs, first_layers, steady_costs, tail, _, walked = first
     every = pre + [p for s in stacks for p in s] + head
     hbm = sum((p.ring_bytes + p.other_bytes) * p.per_step for p in every)
     floor_bytes = sum(p.floor_bytes * p.per_step for p in every)
     floor_s = floor_bytes / target.hbm_bw
     step_s = call_s / request.steps
     costs = launch_costs + costs
-    events = make_timeline(costs, first_layers, steady_costs, tail, model) if timeline else ()
+    events = make_timeline(costs, first_layers, walked, steady_costs, tail,
+                           model) if timeline else ()
     return CostReport(LABEL, step_s * 1e3, request.tokens / step_s, floor_s * 1e3,
                       floor_s / step_s, hbm, floor_bytes, tuple(costs + steady_costs + tail),
-                      events, request.steps, call_s * 1e3, launch_s * 1e3)
+                      events, request.steps, call_s * 1e3, launch_s * 1e3, walked)
 
 
 def _walk_step(pre, stacks, head, credit, cap, target, rate):
     """One step from ring credit ``credit`` -> (seconds, embed costs, first
-    layer of each stack, steady layers, head costs, credit after the head)."""
+    layer of each stack, steady layers, head costs, credit after the head,
+    per stack the layers walked after the first)."""
     costs, credit = _walk(pre, credit, cap, target, rate)
     first_layers, total = [], sum(p.time_s for p in costs)
-    steady_costs = []
+    steady_costs, walked = [], []
     for phases in stacks:
         first, credit = _walk(phases, credit, cap, target, rate)
-        steady, carry = first, credit
-        for _ in range(3):
-            steady, carry = _walk(phases, carry, cap, target, rate)
         count = phases[0].per_step
-        total += sum(p.time_s for p in first) + (count - 1) * sum(p.time_s for p in steady)
+        total += sum(p.time_s for p in first)
+        # Walk the later layers one by one until the carried credit is steady (a
+        # layer may drain credit the prologue left, a little per layer: charging
+        # an undrained layer for all of them would model bandwidth that is not
+        # there), then charge the steady layer for the rest.
+        steady, carry, left, mine = first, credit, count - 1, []
+        while left > 0:
+            layer, after = _walk(phases, carry, cap, target, rate)
+            mine.append(tuple(layer))
+            total += sum(p.time_s for p in layer)
+            left -= 1
+            settled = abs(after - carry) <= 1e-12
+            steady, carry = layer, after
+            if settled:
+                break
+        total += left * sum(p.time_s for p in steady)
         if count > 1:
             credit = carry
         first_layers.append(first)
         steady_costs += steady
+        walked.append(tuple(mine))
     tail, credit = _walk(head, credit, cap, target, rate)
-    return total + sum(p.time_s for p in tail), costs, first_layers, steady_costs, tail, credit
+    return (total + sum(p.time_s for p in tail), costs, first_layers, steady_costs, tail, credit,
+            tuple(walked))

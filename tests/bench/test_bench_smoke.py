@@ -75,6 +75,13 @@ def test_expanded_timeline_ends_at_the_modeled_step():
     x = timeline.expand(model, plan.cost)
     assert x.end_us / 1e3 == pytest.approx(plan.cost.step_ms, rel=1e-6)
     assert len(x.layer_ends_us) == len(model.layers)
+    # Bytes are drawn when they stream: the ring streams the next tiles under
+    # every per-layer all-reduce (qwen3-32b/8 is HBM-bound), never idle there.
+    dma = [e for e in x.events if e.lane == "dma"]
+    per_layer = [e for e in x.events if e.lane == "collective" and e.label.startswith("s0.")]
+    assert len(per_layer) == 2 * len(model.layers)
+    for c in per_layer:
+        assert any(d.start_us < c.end_us and d.end_us > c.start_us for d in dma), c
 
 
 @pytest.mark.slow
