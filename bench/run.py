@@ -128,6 +128,12 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
         rec["mla_form"] = "/".join(forms)
     rec["modeled_step_ms_n16"] = plan_model(model, devices=devices, batch=batch, tokens=1,
                                             steps=16).cost.step_ms
+    from bench.sensitivity import TARGETS, sensitivity
+
+    rec["modeled_sensitivity"] = sensitivity(model, plan)
+    if (name, devices) in TARGETS and layers is None:
+        b8 = plan_model(model, devices=devices, batch=8, tokens=1).cost
+        rec.update(modeled_step_ms_b8=b8.step_ms, modeled_efficiency_b8=b8.efficiency)
     sync = synchronised_us(expand(model, c).events)
     rec.update(modeled_sync_step_ms=sync["strict"] / 1e3,
                modeled_sync_overlap_step_ms=sync["overlap"] / 1e3,

@@ -140,6 +140,9 @@ def render(records: list[dict], summary: dict) -> str:
         "Timings are wall clock on a shared 2-core CPU machine, noisy: compare ratios within "
         "one run. 'modeled' = cost model, not a measurement.",
     ]
+    from bench.sensitivity import render as sensitivity, render_targets
+
+    out += render_targets(records) + sensitivity(records)
     fallback = [r for r in records if r.get("kernel_overrides")]
     if fallback:
         o = ", ".join(f"{k}={v}" for k, v in fallback[0]["kernel_overrides"].items())
