@@ -44,10 +44,70 @@ class Replay:
         return self.step_us / 1e3
 
 
+@dataclass(frozen=True)
+class PlanCompute:
+    """The cost model's compute (MXU + overheads, seconds) placed on the ring's
+    tiles: ``before`` runs after the embedding gather, ``after[k]`` after
+    tile k of the step's stream arrives; ``tile_bytes[k]`` its DMA bytes."""
+
+    before: float
+    after: tuple[float, ...]
+    tile_bytes: tuple[int, ...]
+
+
+def plan_compute(plan) -> PlanCompute:
+    """Each phase's compute of ``plan.cost`` (steady layers) spread over its own
+    ring tiles; a phase with none (norms, RoPE, attention's arithmetic,
+    collectives' op overhead) runs after the last tile before it."""
+    stream, c = plan.memory.stream, plan.target.constants
+    after = [0.0] * stream.total
+
+    def work(p):
+        return p.mxu_s + p.overhead_s + (c.op_overhead_s if p.kind == "collective" else 0.0)
+
+    phases = plan.cost.phases
+    before, last = 0.0, None
+
+    def charge(seconds, tiles):
+        nonlocal before, last
+        if tiles:
+            for k in tiles:
+                after[k] += seconds / len(tiles)
+            last = tiles[-1]
+        elif last is None:
+            before += seconds
+        else:
+            after[last] += seconds
+
+    head = {p.name: p for p in phases if p.stack is None}
+    for name in ("embed", "allreduce.embed"):
+        if name in head:
+            charge(work(head[name]), [])
+    steady = {}                  # every layer of a stack from its steady phases
+    for p in phases:
+        if p.stack is not None:
+            steady.setdefault(p.stack, []).append(p)
+    for ss in stream.stacks:
+        tiles = {n.node: (n.first, n.count) for n in ss.node_tiles}
+        for rep in range(ss.count):
+            base = ss.offset + rep * ss.per_layer
+            for p in steady[ss.stack]:
+                first, count = tiles.get(p.name.split(".", 1)[1], (0, 0))
+                charge(work(p), list(range(base + first, base + first + count)))
+    for name in ("final_norm", "lm_head", "logits", "epilogue"):
+        if name in head:
+            charge(work(head[name]), list(range(stream.head_offset, stream.total))
+                   if name == "lm_head" else [])
+    return PlanCompute(before, tuple(after), tuple(e.tile.nbytes for e in stream.expand()))
+
+
 def replay(program, target, *, rows_padded: int, itemsize: int, f32: bool,
-           constants: CostConstants | None = None) -> Replay:
+           constants: CostConstants | None = None, compute: PlanCompute | None = None) -> Replay:
     """Replay ``program``: (op, dma id, bytes, kind) in program order, op in
-    {"start", "done"}, as ``trace.TraceResult.program(core)`` gives it."""
+    {"start", "done"}, as ``trace.TraceResult.program(core)`` gives it. With
+    ``compute`` (``plan_compute``), the core's work is the cost model's, placed
+    on the ring tiles as they arrive (matched by bytes), so the replay and the
+    cost model differ only in how the DMAs were issued and waited for."""
     import dataclasses
 
     c = constants or CostConstants.default()
@@ -58,6 +118,7 @@ def replay(program, target, *, rows_padded: int, itemsize: int, f32: bool,
     lhs_rows = max(rows_padded, c.mxu_push_rows)
     t = c.kernel_launch_s * 1e6
     events, stall, moved, sizes = [], 0.0, 0, {}
+    tile = [0, 0, False]       # ring tile reached, its bytes arrived, `before` charged
     for op, dma, nbytes, kind in program:
         if kind == "local":
             continue                      # on-core copies
@@ -79,7 +140,9 @@ def replay(program, target, *, rows_padded: int, itemsize: int, f32: bool,
             t = end
         nbytes, _ = sizes.pop(dma)
         moved += nbytes
-        if kind in MATMUL_KINDS:
+        if compute is not None:
+            work, tile = _planned_work(compute, kind, nbytes, tile)
+        elif kind in MATMUL_KINDS:
             work = 2.0 * lhs_rows * (nbytes / itemsize) / flops * 1e6 + c.tile_overhead_s * 1e6
         else:
             work = c.op_overhead_s * 1e6
@@ -102,3 +165,18 @@ def _remote(op, dma, nbytes, t, stall, remote, target, events):
         events.append(Event("stall", "wait collective", t, lands))
         return lands, stall + lands - t
     return t, stall
+
+
+def _planned_work(compute: PlanCompute, kind: str, nbytes: int, tile: list):
+    """-> (us of the cost model's work this arrival enables, tile state)."""
+    work = 0.0
+    if kind == "embed" and not tile[2]:
+        tile[2] = True
+        work += compute.before
+    if kind == "ring":
+        tile[1] += nbytes
+        while tile[0] < len(compute.after) and tile[1] >= compute.tile_bytes[tile[0]]:
+            tile[1] -= compute.tile_bytes[tile[0]]
+            work += compute.after[tile[0]]
+            tile[0] += 1
+    return work * 1e6, tile

@@ -18,6 +18,7 @@ the carried credit is steady; the steady layer then stands for the rest.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from megakernel.compiler import dma_service
@@ -206,12 +207,12 @@ def _bw(target: Target, outstanding: int) -> float:
     return dma_service.bandwidth(target, target.constants, outstanding)
 
 
-def _walk(phases, credit: float, cap: float, target: Target, rate: float):
+def _walk(phases, credit: float, cap: float, bw_of, rate: float):
     """Times of ``phases`` in order, carrying ring credit (seconds of ring
     streaming already done ahead). Returns (costs, credit after)."""
     costs = []
     for ph in phases:
-        bw = _bw(target, ph.outstanding)
+        bw = bw_of(ph.outstanding)
         credit = min(cap, credit + ph.stall_s)        # the ring streams while we wait
         ring_t, other_t = ph.ring_bytes / bw, ph.other_bytes / bw
         used = min(credit, ring_t)
@@ -240,14 +241,25 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     n_tiles = sum(s.per_layer for s in stream.stacks) + len(stream.head)
     avg_tile = (sum(s.bytes_per_layer for s in stream.stacks) + stream.head_bytes) / max(n_tiles, 1)
     in_flight = dma_service.ring_in_flight(stream.num_banks)
-    cap = stream.num_banks * min(avg_tile, stream.bank_bytes) / _bw(target, in_flight)
-    launch_costs, credit = _walk(launch, 0.0, cap, target, rate)
+    tile = min(avg_tile, stream.bank_bytes)
+
+    def bw_of(outstanding):               # ring-sized DMAs: their latency counts
+        return dma_service.bandwidth(target, target.constants, outstanding, tile)
+
+    cap = stream.num_banks * tile / bw_of(in_flight)
+    # Nothing streams during the launch, and the call's first DMAs (embedding
+    # gather and the ring's first tiles, issued together) pay the one latency
+    # the prologue charges: the first step starts with no ring credit, and its
+    # embedding waits no second latency (a later step's gather does).
+    launch_costs, _ = _walk(launch, 0.0, cap, bw_of, rate)
     launch_s = sum(p.time_s for p in launch_costs)
-    first = _walk_step(pre, stacks, head, credit, cap, target, rate)
+    opening = [dataclasses.replace(p, stall_s=0.0) if p.name == "embed" else p for p in pre]
+    latency = target.constants.dma_latency_s
+    first = _walk_step(opening, stacks, head, 0.0, cap, bw_of, rate, latency)
     call_s = launch_s + first[0]
     if request.steps > 1:
-        call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[5], cap, target,
-                                                   rate)[0]
+        call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[5], cap, bw_of,
+                                                   rate, latency)[0]
     total, costs, first_layers, steady_costs, tail, _, walked = first
     every = pre + [p for s in stacks for p in s] + head
     hbm = sum((p.ring_bytes + p.other_bytes) * p.per_step for p in every)
@@ -262,15 +274,19 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
                       events, request.steps, call_s * 1e3, launch_s * 1e3, walked)
 
 
-def _walk_step(pre, stacks, head, credit, cap, target, rate):
+def _walk_step(pre, stacks, head, credit, cap, bw_of, rate, latency):
     """One step from ring credit ``credit`` -> (seconds, embed costs, first
     layer of each stack, steady layers, head costs, credit after the head,
     per stack the layers walked after the first)."""
-    costs, credit = _walk(pre, credit, cap, target, rate)
+    costs, credit = _walk(pre, credit, cap, bw_of, rate)
     first_layers, total = [], sum(p.time_s for p in costs)
     steady_costs, walked = [], []
     for phases in stacks:
-        first, credit = _walk(phases, credit, cap, target, rate)
+        # The first layer's per-layer vectors are fetched as it starts (later
+        # layers' while the one before runs): their latency is exposed once.
+        opening = [dataclasses.replace(p, stall_s=p.stall_s + latency) if i == 0 and
+                   p.other_bytes else p for i, p in enumerate(phases)]
+        first, credit = _walk(opening, credit, cap, bw_of, rate)
         count = phases[0].per_step
         total += sum(p.time_s for p in first)
         # Walk the later layers one by one until the carried credit is steady (a
@@ -279,7 +295,7 @@ def _walk_step(pre, stacks, head, credit, cap, target, rate):
         # there), then charge the steady layer for the rest.
         steady, carry, left, mine = first, credit, count - 1, []
         while left > 0:
-            layer, after = _walk(phases, carry, cap, target, rate)
+            layer, after = _walk(phases, carry, cap, bw_of, rate)
             mine.append(tuple(layer))
             total += sum(p.time_s for p in layer)
             left -= 1
@@ -293,6 +309,6 @@ def _walk_step(pre, stacks, head, credit, cap, target, rate):
         first_layers.append(first)
         steady_costs += steady
         walked.append(tuple(mine))
-    tail, credit = _walk(head, credit, cap, target, rate)
+    tail, credit = _walk(head, credit, cap, bw_of, rate)
     return (total + sum(p.time_s for p in tail), costs, first_layers, steady_costs, tail, credit,
             tuple(walked))

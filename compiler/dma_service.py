@@ -18,10 +18,18 @@ from __future__ import annotations
 from megakernel.compiler.schedule_collectives import phase_seconds  # noqa: F401 - one model
 
 
-def bandwidth(target, constants, outstanding: float) -> float:
-    """Aggregate bytes/s of the core's HBM path with ``outstanding`` DMAs in flight."""
+def bandwidth(target, constants, outstanding: float, dma_bytes: float | None = None) -> float:
+    """Aggregate bytes/s of the core's HBM path with ``outstanding`` DMAs in
+    flight. With ``dma_bytes`` (their size), each spends ``dma_latency_s`` not
+    moving: by Little's law, ``outstanding`` DMAs kept in flight, each at most
+    the per-DMA share, deliver outstanding x bytes / (latency + bytes / share),
+    up to the sustained bandwidth (what ``HbmPath`` gives a ring in steady state)."""
     c = constants
-    return target.hbm_bw * c.hbm_efficiency * min(1.0, outstanding * c.hbm_share_per_dma)
+    bw = target.hbm_bw * c.hbm_efficiency
+    if dma_bytes is None:
+        return bw * min(1.0, outstanding * c.hbm_share_per_dma)
+    per = bw * c.hbm_share_per_dma
+    return min(bw, outstanding * dma_bytes / (c.dma_latency_s + dma_bytes / per))
 
 
 def ring_in_flight(num_banks: int) -> int:
