@@ -5,8 +5,9 @@ Input: the program-order log of one core's DMAs from ``trace.trace_step``
 Output: a *modeled* timeline and step time: the DMAs are simulated on the
 core's HBM path with the cost model's constants, and the core runs the
 kernel's own order of starts and waits, doing each consumed tile's matmul
-after its wait. Nothing here comes from the plan: a kernel that fetched
-less far ahead (the synchronised-ops ablation) shows it in its own replay.
+after its wait. The DMA order and waits come from the trace only: a kernel
+that fetched less far ahead (the synchronised-ops ablation) shows it in its
+own replay.
 
 The DMAs are served by ``compiler/dma_service.py``, the model the cost model
 uses too: the DMAs in flight share the core's sustained HBM bandwidth, one DMA
@@ -14,11 +15,14 @@ draws at most ``hbm_share_per_dma`` of it, each starts ``dma_latency_s`` after
 issue. Remote copies (the collectives) are off the HBM path: each completes
 ``phase_seconds`` after it started (every peer sends in parallel, so this
 core's receives land when its sends do), and the core stalls on it at its
-wait. Compute per consumed tile is the MXU time of a decode matmul
-(``mxu_push_rows`` LHS rows at least, ``f32_matmul_slowdown`` for f32) plus
-``tile_overhead_s``; per-layer vectors and embedding rows cost
-``op_overhead_s``. Vector-unit ops between DMAs (norms, RoPE, softmax) are
-not in the trace, so the replay is a lower bound on the kernel's time.
+wait. The compute is, with ``compute=plan_compute(plan)`` (what the bench
+uses), the cost model's own per phase, charged on the ring tiles as they
+land, so replay and cost model differ only in the DMAs' order and waits.
+Without it, from the trace alone: per consumed tile the MXU time of a decode
+matmul (``mxu_push_rows`` LHS rows at least, ``f32_matmul_slowdown`` for f32)
+plus ``tile_overhead_s``; per-layer vectors and embedding rows
+``op_overhead_s``; vector-unit ops between DMAs (norms, RoPE, softmax) are not
+in the trace, so that replay is a lower bound on the kernel's time.
 """
 
 from __future__ import annotations
