@@ -128,6 +128,12 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
         rec["mla_form"] = "/".join(forms)
     rec["modeled_step_ms_n16"] = plan_model(model, devices=devices, batch=batch, tokens=1,
                                             steps=16).cost.step_ms
+    from bench.sensitivity import TARGETS, sensitivity
+
+    rec["modeled_sensitivity"] = sensitivity(model, plan)
+    if (name, devices) in TARGETS and layers is None:
+        b8 = plan_model(model, devices=devices, batch=8, tokens=1).cost
+        rec.update(modeled_step_ms_b8=b8.step_ms, modeled_efficiency_b8=b8.efficiency)
     sync = synchronised_us(expand(model, c).events)
     rec.update(modeled_sync_step_ms=sync["strict"] / 1e3,
                modeled_sync_overlap_step_ms=sync["overlap"] / 1e3,
@@ -266,7 +272,7 @@ def _trace_replay(model, plan, weights, kdir, traced) -> dict:
     from megakernel.backends import pallas_tpu as backend
     from megakernel.backends.pallas_tpu import load, trace
 
-    from bench.replay import replay
+    from bench.replay import plan_compute, replay
     from bench.timeline import Expanded, plot
 
     def sync_trace():
@@ -276,10 +282,16 @@ def _trace_replay(model, plan, weights, kdir, traced) -> dict:
     out = {}
     for sync, res in ((False, traced), (True, sync_trace())):
         rep = replay(res.program(0), plan.target, rows_padded=plan.memory.rows_padded,
-                     itemsize=model.dtype.itemsize, f32=model.dtype.value == "float32")
+                     itemsize=model.dtype.itemsize, f32=model.dtype.value == "float32",
+                     compute=plan_compute(plan))
         key = "replay_sync" if sync else "replay"
+        stalls = {}
+        for e in rep.events:
+            if e.lane == "stall":
+                kind = e.label.removeprefix("wait ")
+                stalls[kind] = stalls.get(kind, 0.0) + (e.end_us - e.start_us) / 1e3
         out.update({f"{key}_step_ms": rep.step_ms, f"{key}_stall_ms": rep.stall_us / 1e3,
-                    f"{key}_hbm_bytes": rep.bytes})
+                    f"{key}_stall_ms_by_kind": stalls, f"{key}_hbm_bytes": rep.bytes})
         if model.name == REPLAY_CHART:
             RESULTS.mkdir(parents=True, exist_ok=True)
             png = RESULTS / f"replay_{model.name}{'_sync' if sync else ''}.png"
@@ -291,6 +303,8 @@ def _trace_replay(model, plan, weights, kdir, traced) -> dict:
                         "rates, bench/replay.py)")
             out[f"{key}_png"] = str(png)
     out["replay_sync_slowdown"] = out["replay_sync_step_ms"] / out["replay_step_ms"]
+    # the replay against the cost model (both modeled, one DMA model, the same compute)
+    out["replay_over_modeled"] = out["replay_step_ms"] / plan.cost.step_ms
     return out
 
 

@@ -76,7 +76,8 @@ class _Cells:
                                           f"(x{r['modeled_sync_slowdown']:.2f})"))
         cells.append(s(r, "replay", lambda: f"{r['replay_step_ms']:.4f}/"
                                             f"{r['replay_sync_step_ms']:.4f} "
-                                            f"(x{r['replay_sync_slowdown']:.2f})"))
+                                            f"(x{r['replay_sync_slowdown']:.2f}; "
+                                            f"{r['replay_over_modeled'] - 1:+.0%} vs step)"))
         cells.append(s(r, "aot", lambda: _vmem(r["compiled_vmem_bytes"], _plan_vmem(r)))
                      if "plan_s" in r else s(r, "plan", lambda: ""))
         cells.append(s(r, "aot", lambda: f"{_mib(r['aot_hbm_copy_bytes'])}/"
@@ -116,6 +117,11 @@ def render(records: list[dict], summary: dict) -> str:
         "boundaries), with the cost model's",
         "  rates (bench/replay.py); x = the variant's slowdown. Tiny models only "
         "(the trace runs in the interpreter).",
+        "  The replay serves the DMAs with the cost model's own DMA model (compiler/"
+        "dma_service.py) and charges the cost model's",
+        "  compute on the ring tiles as they land, so '+N% vs step' (replay / modeled "
+        "step) is what the kernel's DMA order",
+        "  and waits add; its stalls by DMA kind are in bench.json (replay_stall_ms_by_kind).",
         "bytes/step: HBM bytes one step of the executed kernel read (trace mode: the kernel "
         "run in the interpreter, tiny",
         "  models only) / the minimum the HBM floor counts (valid weights + KV + vectors), "
@@ -140,6 +146,9 @@ def render(records: list[dict], summary: dict) -> str:
         "Timings are wall clock on a shared 2-core CPU machine, noisy: compare ratios within "
         "one run. 'modeled' = cost model, not a measurement.",
     ]
+    from bench.sensitivity import render as sensitivity, render_targets
+
+    out += render_targets(records) + sensitivity(records)
     fallback = [r for r in records if r.get("kernel_overrides")]
     if fallback:
         o = ", ".join(f"{k}={v}" for k, v in fallback[0]["kernel_overrides"].items())

@@ -84,7 +84,7 @@ def plan_model(model: Model, *, target: "Target | str | None" = None, devices: i
 def _plan_one(model: Model, target: Target, request, ep, *, rounds: int, cache: dict) -> Plan:
     """The stages after ``target`` for one expert-parallel degree."""
     shard = shard_model(model, request.devices, moe_parallel=ep, embed=request.overrides.embed)
-    specs = collective_specs(shard, request, target, model.hidden_size)
+    specs = collective_specs(shard, request, target, model.hidden_size, model.dtype.value)
     geometry, memory = choose_geometry(model, shard, target, request, specs, rounds=rounds,
                                        cache=cache)
     collectives = schedule_collectives(shard, memory, specs)

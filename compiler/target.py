@@ -36,8 +36,9 @@ _INFERACT = "Inferact/tpu-megakernels README, their TPU7x measurements (platform
 # anyone yet: a calibration run on hardware should replace it.
 COST_TABLE: dict[str, Constant] = {
     "dma_latency_s": Constant(
-        1.0e-6, "s", "assumed: first-byte latency of one HBM->VMEM DMA; exposed only "
-        "where nothing else can run (step start, expert fetch after routing)"),
+        1.0e-6, "s", "assumed: first-byte latency of one HBM->VMEM DMA; every DMA "
+        "spends it not moving (compiler/dma_service.py), exposed where nothing else "
+        "can run (call start, first layer's vectors, expert fetch after routing)"),
     "tile_overhead_s": Constant(
         0.10e-6, "s", "assumed: scalar-core work per streamed tile (semaphore wait, "
         "next descriptor issue, loop bookkeeping) on the compute path"),

@@ -21,8 +21,11 @@ def test_launch_is_paid_once_per_call_and_steps_n_times(plans):
     assert one.call_ms == pytest.approx(one.step_ms) and one.steps_per_call == 1
     assert many.steps_per_call == 16
     assert many.call_ms == pytest.approx(16 * many.step_ms)
-    # the launch is amortised over the call, and later steps find the ring ahead
-    assert many.step_ms <= one.step_ms - (15 / 16) * one.launch_ms + 1e-9
+    # the launch is amortised over the call; the launch also covers the first
+    # step's embedding gather latency, which every later step waits on its own
+    # (the gather needs the previous step's token), while the ring runs ahead
+    latency_ms = p[1].target.constants.dma_latency_s * 1e3
+    assert many.step_ms <= one.step_ms - (15 / 16) * (one.launch_ms - latency_ms) + 1e-9
     assert many.launch_ms == one.launch_ms > 0
     assert many.hbm_bytes_per_core == one.hbm_bytes_per_core     # per step, unchanged
 
