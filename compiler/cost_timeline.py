@@ -8,8 +8,9 @@ as the DMA lane is free after the bytes before them, under the waits and
 compute-bound phases that made the credit, and its other bytes from the
 phase's start, after them. The lane is drawn as one FIFO of the phases' HBM
 times; the cost model's credit is not exactly FIFO (a phase's other bytes, KV
-tiles and vectors, share the path with the ring), so a bar can end a little
-after its phase (0.4 us at the end of qwen3-32b/8's step of 2389 us)."""
+tiles and vectors, share the path with the ring), so where FIFO order would
+end a bar after its phase (0.4 us at the end of qwen3-32b/8's step of 2389
+us), the bar is moved earlier to end with its phase, as the model has it."""
 
 from __future__ import annotations
 
@@ -40,13 +41,22 @@ def place_events(costs, t: float, events: list, lane: DmaLane | None = None) -> 
             start = t + p.stall_s * 1e6
             ahead = min(p.prefetched_s, p.hbm_s) * 1e6
             own = p.hbm_s * 1e6 - ahead
-            if ahead > 0:                 # streamed ahead, right after the bytes before them
-                events.append(Event("dma", p.name, lane.free, lane.free + ahead))
-                lane.free += ahead
-            if own > 0:                   # after them (the lane is one FIFO)
-                begin = max(start, lane.free)
-                events.append(Event("dma", p.name, begin, begin + own))
-                lane.free = begin + own
+            # Streamed ahead right after the bytes before them, the rest after
+            # them from the phase's start (the lane is one FIFO), but never past
+            # the phase's end: the cost model's credit is not exactly FIFO (KV
+            # tiles and vectors share the path), so where FIFO order would run
+            # over, the phase's bars move earlier to end with it, as the model has it.
+            first = lane.free
+            second = max(start, first + ahead)
+            last = second + own if own > 0 else first + ahead
+            late = max(0.0, last - (t + dur))
+            first, second = first - late, second - late
+            if ahead > 0:
+                events.append(Event("dma", p.name, first, first + ahead))
+                lane.free = first + ahead
+            if own > 0:
+                events.append(Event("dma", p.name, second, second + own))
+                lane.free = second + own
             events.append(Event("compute", p.name, start, start + (p.mxu_s + p.overhead_s) * 1e6))
         t += dur
     return t
