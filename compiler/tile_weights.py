@@ -21,12 +21,17 @@ K expert slots, slice n of the layer going to slot n % K.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 
 from megakernel.compiler.layout import (LANES, itemsize, padded_bytes, round_up, sublanes,
                                         word_rows)
+from megakernel import dtypes, formats
+from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.compiler.shard import ShardPlan
+from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import body_global_name
 
@@ -44,6 +49,8 @@ class Tile:
     cols: int
     dtype: str
     transposed: bool = False
+    # a quantized weight's codes: megakernel/formats.py
+    format: str = dataclasses.field(default="plain", metadata={OMIT_DEFAULT: True})
 
     @functools.cached_property      # read for every tile of every geometry tried
     def view(self) -> tuple[int, int]:
@@ -58,8 +65,8 @@ class Tile:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the tile's DMA moves from HBM."""
-        return self.rows * self.cols * itemsize(self.dtype)
+        """Bytes the tile's DMA moves from HBM (4-bit codes: half a byte each)."""
+        return self.rows * self.cols * dtypes.of(self.dtype).bits // 8
 
     @property
     def elements(self) -> int:
@@ -177,11 +184,14 @@ def _spans(extent: int, block: int, quantum: int) -> list[tuple[int, int]]:
 
 @functools.lru_cache(maxsize=4096)
 def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
-                kind: str = "weight") -> tuple[Tile, ...]:
+                kind: str = "weight", quantum: int = 1) -> tuple[Tile, ...]:
     """Tiles of a per-core [rows, cols] matrix for banks of ``bank`` bytes.
     kind: "weight" (row blocks), "head" (vocab column blocks, whole contraction),
-    "tied_head" (stored [vocab, hidden]: vocab row blocks)."""
+    "tied_head" (stored [vocab, hidden]: vocab row blocks). Row blocks of a
+    "weight" are whole multiples of ``quantum`` rows too (a quantized weight's
+    scale groups, megakernel/formats.py ``row_quantum``)."""
     item, sub = itemsize(dtype), sublanes(dtype)
+    sub = math.lcm(sub, quantum)
     lane_cols, sub_rows = round_up(cols, LANES), round_up(rows, sub)
     if kind == "weight":
         if sub * lane_cols * item <= bank:
@@ -211,10 +221,10 @@ def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
 
 @functools.lru_cache(maxsize=4096)
 def _totals(name: str, rows: int, cols: int, dtype: str, bank: int,
-            kind: str = "weight") -> tuple[int, int]:
+            kind: str = "weight", quantum: int = 1) -> tuple[int, int]:
     """(DMA bytes, elements) of ``tile_matrix``'s tiles; raises when one does
     not fit a bank (only possible for banks below a few native tiles)."""
-    tiles = tile_matrix(name, rows, cols, dtype, bank, kind)
+    tiles = tile_matrix(name, rows, cols, dtype, bank, kind, quantum)
     worst = max(tiles, key=lambda t: t.view[0] * t.view[1])
     need = padded_bytes(worst.view, dtype)
     if need > bank:
@@ -230,12 +240,16 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
         tiles: list[Tile] = []
         nodes: list[NodeTiles] = []
         for p in st.params:
-            if p.channel != "ring":
+            if p.channel != "ring" or p.scale_of:      # scales go with their weight
                 continue
             node = p.name.split(".")[0]
-            key = (p.name, *p.shape, p.dtype, bank_bytes)
-            mine = tile_matrix(*key)
-            nbytes, elements = _totals(*key)
+            if p.format == "plain":
+                key = (p.name, *p.shape, p.dtype, bank_bytes)
+                mine = tile_matrix(*key)
+                nbytes, elements = _totals(*key)
+            else:
+                mine, nbytes, elements = _quantized_tiles(st.param(scale_name(p.name)), p,
+                                                          bank_bytes)
             if nodes and nodes[-1].node == node:
                 n = nodes[-1]
                 nodes[-1] = NodeTiles(node, n.first, n.count + len(mine), n.nbytes + nbytes,
@@ -254,6 +268,27 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
     block = head[0].rows if shard.tied else head[0].cols
     return WeightStream(bank_bytes, num_banks, tuple(stacks), head, offset, block, nbytes,
                         elements)
+
+
+def _quantized_tiles(scale, p, bank: int) -> tuple[tuple[Tile, ...], int, int]:
+    """(tiles, DMA bytes, weight elements) of quantized weight ``p``: each row
+    block of codes preceded by the tile of its scales (whole groups), both
+    through the ring. Per-channel scales (one row) are fetched with every row
+    block of their columns."""
+    fmt = formats.get(p.format)
+    rows, cols = p.shape[-2:]
+    key = (p.name, rows, cols, p.dtype, bank, "weight", fmt.row_quantum(rows))
+    codes = [dataclasses.replace(t, format=p.format) for t in tile_matrix(*key)]
+    nbytes, elements = _totals(*key)
+    g = fmt.group(rows)
+    per_row = fmt.group_rows == formats.WHOLE
+    out = []
+    for t in codes:
+        r0, n = (0, 1) if per_row else (t.row0 // g, t.rows // g)
+        s = Tile(scale.name, r0, n, t.col0, t.cols, scale.dtype)
+        out += [s, t]
+        nbytes += s.nbytes
+    return tuple(out), nbytes, elements
 
 
 def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: int,

@@ -7,13 +7,16 @@ kind* by the card's ``quantize`` table (``{"experts": "mxfp4", "dense":
 stored [in, out] = [K, N] (experts [E, K, N]); scales group along the input
 dimension K, so a tile that is a block of K rows carries whole groups.
 
-| format | codes | scales (shape as shipped) | bits/weight in HBM |
-|---|---|---|---|
-| plain | model dtype | none | 16 (bf16) |
-| int8 | int8, symmetric | bf16 per output channel, [1, N] | 8 + 16/K |
-| int4_g{32,64,128} | int4 in [-8, 7] | bf16 per g inputs, [K/g, N] | 4 + 16/g |
-| fp8_b128 | float8 e4m3fn | f32 per 128 x 128 block, [K/128, N/128] | 8 + 32/16384 |
-| mxfp4 | e2m1 (4 bits) | E8M0 byte per 32 inputs, [K/32, N] | 4 + 8/32 |
+| format | codes | scales (shape as shipped) | bits/weight shipped | in the kernel's HBM |
+|---|---|---|---|---|
+| plain | model dtype | none | 16 (bf16) | 16 |
+| int8 | int8, symmetric | bf16 per output channel, [1, N] | 8 + 16/K | 8 + 32/K |
+| int4_g{32,64,128} | int4 in [-8, 7] | bf16 per g inputs, [K/g, N] | 4 + 16/g | 4 + 32/g |
+| fp8_b128 | float8 e4m3fn | f32 per 128 x 128 block, [K/128, N/128] | 8 + 32/16384 | 8 + 32/128 |
+| mxfp4 | e2m1 (4 bits) | E8M0 byte per 32 inputs, [K/32, N] | 4 + 8/32 | 4 + 32/32 |
+
+The kernel's operands hold the scales as f32, one per group and output column
+(``streamed_scale_shape``), streamed through the ring beside their codes.
 
 How a tile sits in VMEM (``vmem_rows``): codes stay packed in 32-bit words
 (the ring's banks are words, ``compiler/ring_layout.py``): 8-bit codes four
@@ -80,14 +83,30 @@ class Format:
         return math.prod(shape) * self.code_bits // 8
 
     def scale_bytes(self, shape: tuple[int, ...]) -> int:
+        """Bytes of the scales as shipped."""
         return math.prod(self.scale_shape(shape)) * self.scale_bits // 8
 
-    def hbm_bytes(self, shape: tuple[int, ...], itemsize: int) -> int:
-        """Bytes of a weight of ``shape`` in HBM: codes plus scales, or
-        ``itemsize`` (the model dtype's) per element when plain."""
+    def streamed_scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The scales as the kernel streams them: f32, one per group of inputs
+        and per output column ([..., K/g, N]; int8: [..., 1, N])."""
+        *lead, k, n = shape
+        return (*lead, k // self.group(k), n)
+
+    def shipped_bytes(self, shape: tuple[int, ...], itemsize: int) -> int:
+        """Bytes of a weight of ``shape`` as a checkpoint ships it."""
         if self.plain:
             return math.prod(shape) * itemsize
         return self.code_bytes(shape) + self.scale_bytes(shape)
+
+    def hbm_bytes(self, shape: tuple[int, ...], itemsize: int) -> int:
+        """Bytes of a weight of ``shape`` in the kernel's HBM operands: codes
+        plus f32 scales per group and column (``streamed_scale_shape``), or
+        ``itemsize`` (the model dtype's) per element when plain. Widening the
+        scales to f32 costs 0.25-1 bit per weight over ``shipped_bytes``; it
+        keeps one decode path for every format's scales."""
+        if self.plain:
+            return math.prod(shape) * itemsize
+        return self.code_bytes(shape) + math.prod(self.streamed_scale_shape(shape)) * 4
 
     def check(self, shape: tuple[int, ...], where: str) -> None:
         """A weight of ``shape`` can be held in this format, or a named error."""
@@ -124,7 +143,8 @@ KINDS = ("dense", "attention", "router", "experts", "embedding", "lm_head")
 # Weight kinds whose kernel path reads them through a gather or a router
 # comparison, where only plain storage is implemented.
 PLAIN_ONLY = {"embedding": "the embedding is gathered by token id",
-              "router": "routing compares raw scores, kept exact"}
+              "router": "routing compares raw scores, kept exact",
+              "attention": "the MLA library reads its up-projections plain"}
 
 
 def get(name: str, *, path: str = "format") -> Format:

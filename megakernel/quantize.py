@@ -32,6 +32,7 @@ kernel on each streamed tile, so both see the same bf16 weights.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -57,13 +58,47 @@ class Packed:
     fmt: Format
     codes: np.ndarray
     scales: np.ndarray
+    dtype: str = "bfloat16"      # what it dequantises to (the model dtype)
 
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.codes.shape)
 
+    @property
+    def nbytes(self) -> int:
+        return self.fmt.hbm_bytes(self.shape, 0)
+
     def group(self) -> int:
         return self.codes.shape[-2] // self.scales.shape[-2]
+
+    def cut(self, region: tuple[slice, ...], shape: tuple[int, ...], where: str) -> "Packed":
+        """The block ``region`` of the weight, zero-padded to ``shape`` (a core's
+        shard); a cut through a scale group along the inputs is a named error."""
+        from megakernel.errors import ShardingError
+
+        k_axis = len(self.shape) - 2
+        rows = region[k_axis]
+        k_pad = shape[k_axis]
+        if self.fmt.group_rows == WHOLE:      # one scale row serves any rows
+            s_region = (*region[:k_axis], slice(0, 1), *region[k_axis + 1:])
+            s_shape = (*shape[:k_axis], 1, *shape[k_axis + 1:])
+            return Packed(self.fmt, _padded(self.codes[region], shape),
+                          _padded(self.scales[s_region], s_shape), self.dtype)
+        g = self.group()
+        if rows.start % g or (rows.stop % g and rows.stop != self.shape[k_axis]) or k_pad % g:
+            raise ShardingError(f"rows {rows.start}..{rows.stop} (padded to {k_pad}) of a "
+                                f"{self.fmt.name} weight cut its scale groups of {g} inputs",
+                                path=where, hint="use another core count or format")
+        s_region = (*region[:k_axis], slice(rows.start // g, -(-rows.stop // g)),
+                    *region[k_axis + 1:])
+        s_shape = (*shape[:k_axis], k_pad // g, *shape[k_axis + 1:])
+        return Packed(self.fmt, _padded(self.codes[region], shape),
+                      _padded(self.scales[s_region], s_shape), self.dtype)
+
+
+def _padded(a: np.ndarray, shape) -> np.ndarray:
+    pads = [(0, want - have) for want, have in zip(shape, a.shape)]
+    return np.pad(a, pads) if any(hi for _, hi in pads) else np.ascontiguousarray(a)
 
 
 def _groups(w: np.ndarray, g: int) -> np.ndarray:
@@ -81,9 +116,13 @@ def _spread(s: np.ndarray, g: int) -> np.ndarray:
     return np.repeat(s, g, axis=-2)
 
 
-def quantize(fmt: Format, w: np.ndarray) -> Packed:
-    """``w`` [..., K, N] (float) rounded to ``fmt`` (module docstring)."""
-    w = np.asarray(w, np.float32)
+def quantize(fmt: Format, w: np.ndarray, dtype: str = "bfloat16") -> Packed:
+    """``w`` [..., K, N] (float) rounded to ``fmt`` (module docstring);
+    ``dtype``: what the kernel and reference dequantise it to."""
+    return dataclasses.replace(_quantize(fmt, np.asarray(w, np.float32)), dtype=dtype)
+
+
+def _quantize(fmt: Format, w: np.ndarray) -> Packed:
     k, n = w.shape[-2:]
     g = k if fmt.group_rows == WHOLE else fmt.group_rows
     if fmt.code == "int8" or fmt.code == "int4":
@@ -195,9 +234,12 @@ def dequantize(fmt: Format, words, scales, dtype):
     return w.reshape(rows, n).astype(dtype)
 
 
-def dequantize_packed(p: Packed, dtype):
-    """The whole weight through ``dequantize`` (the reference's view of it)."""
+def dequantize_packed(p: Packed, dtype=None):
+    """The whole weight through ``dequantize`` (the reference's view of it),
+    in ``dtype`` (default: the model dtype it was quantized for)."""
     import jax.numpy as jnp
+
+    dtype = dtype or jnp.dtype(p.dtype)
 
     words = to_words(p)
     *lead, kw, n = words.shape
@@ -206,3 +248,19 @@ def dequantize_packed(p: Packed, dtype):
     out = [dequantize(p.fmt, jnp.asarray(w[i]), jnp.asarray(s[i]), dtype)
            for i in range(w.shape[0])]
     return jnp.stack(out).reshape(*lead, kw * 32 // p.fmt.code_bits, n)
+
+
+def quantize_weights(model, weights: dict, dtype=None) -> dict:
+    """``weights`` (float, names as ``Model.params()``) with every weight whose
+    format is not plain rounded to it (``quantize``): quantize-on-load, for
+    random init and bf16/f32 checkpoints alike. They dequantise to ``dtype``
+    (a ``DType``; default the model's)."""
+    from megakernel import formats
+
+    out = dict(weights)
+    for name, spec in model.params().items():
+        fmt = formats.get(spec.format)
+        if not fmt.plain and not isinstance(out[name], Packed):
+            out[name] = quantize(fmt, np.asarray(out[name], np.float32),
+                                 (dtype or model.dtype).value)
+    return out

@@ -16,6 +16,7 @@ import math
 
 from megakernel import dtypes
 from megakernel.compiler.buffers import Space
+from megakernel.compiler.shard_formats import is_scale
 from megakernel.errors import EmitError
 
 SEMAPHORES = {"dma_semaphore": "pltpu.SemaphoreType.DMA",
@@ -106,8 +107,12 @@ def geometry_lines(plan) -> list[str]:
 
 
 def _tile_entry(ring, ref: int, t) -> dict:
+    # A quantized weight's codes name their format; its scale tiles say so
+    # (plain tiles read as before quantized formats existed).
+    extra = (f", fmt={literal(t.format)}" if t.format != "plain" else "") + (
+        ", scale=True" if is_scale(t.param) else "")
     return {"args": f"{ref}, {t.row0}, {t.rows}, {t.col0}, {t.cols}, bank={ring.bank_of(t)}, "
-                    f"dtype={literal(t.dtype)}",
+                    f"dtype={literal(t.dtype)}{extra}",
             "note": comment(f"{t.param}[{t.row0}:{t.row0 + t.rows}, {t.col0}:{t.col0 + t.cols}]")}
 
 

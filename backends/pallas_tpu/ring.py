@@ -44,6 +44,8 @@ class Tile:
     cols: int
     bank: int = 0     # 0: the main ring; i > 0: auxiliary ring i-1 (unaligned shape)
     dtype: str = "float32"   # the elements the words carry
+    fmt: str = ""            # quantized codes: their format (megakernel/formats.py)
+    scale: bool = False      # the f32 scales of the quantized tile that follows
 
     @property
     def per(self) -> int:

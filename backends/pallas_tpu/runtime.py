@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel import activations, dtypes
+from megakernel import activations, dtypes, formats, quantize
 from megakernel.errors import EmitError
 from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
@@ -69,15 +69,48 @@ def matmul_t_ref(x, w):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
 
-def ring_linear(stream, s, k, x, tiles, out_cols, first):
+def matmul_quantized(x, w, fmt, scales, dtype):
+    """x @ w for a ring view ``w`` of quantized codes (``Words`` of the code
+    dtype): each row chunk (whole units and scale groups) dequantised in VMEM
+    to ``dtype`` by megakernel/quantize.py, the reference's arithmetic, right
+    before its dot. ``scales`` [rows / g, cols] f32 (one row: per channel)."""
+    f = formats.get(fmt)
+    rows, cols = w.shape
+    quantum = f.row_quantum(rows)
+    step = max(chunk_rows(rows, cols, jnp.dtype(dtype).itemsize) // quantum * quantum, quantum)
+    g = rows // scales.shape[0]
+    acc = None
+    for r in range(0, rows, step):
+        n = min(step, rows - r)
+        words = w.ref[pl.ds(r // w.per, n // w.per), :]
+        s = scales if scales.shape[0] == 1 else scales[r // g:(r + n) // g]
+        part = matmul(x[:, r:r + n], quantize.dequantize(f, words, s, dtype))
+        acc = part if acc is None else acc + part
+    return acc
+
+
+def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
     """y[:, c0:c0+cols] (+)= x[:, r0:r0+rows] @ tile, over static tiles
-    ``first .. first+len(tiles)`` of segment s (row blocks accumulate)."""
+    ``first .. first+len(tiles)`` of segment s (row blocks accumulate). A
+    quantized weight's tiles come in pairs: its scales, then its codes,
+    dequantised to ``dequant_to`` before the dot (``matmul_quantized``)."""
     blocks = {}
+    scales = None
     stream.begin(s, k, first, len(tiles))
     for j, t in enumerate(tiles):
+        if t.scale:          # held as a value until its codes arrive
+            got = stream.consume(s, k, first + j, lambda p: [w[...] for _, w in p])
+            scales = got[0] if len(got) == 1 else jnp.concatenate(got, axis=-1)
+            continue
         xs = x[:, t.r0:t.r0 + t.rows]
-        parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
-            ((t.c0 + c, w.shape[1]), matmul_ref(xs, w)) for c, w in pieces])
+        if t.fmt:
+            parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t, sc=scales: [
+                ((t.c0 + c, w.shape[1]),
+                 matmul_quantized(xs, w, t.fmt, sc[:, c:c + w.shape[1]], dequant_to))
+                for c, w in pieces])
+        else:
+            parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
+                ((t.c0 + c, w.shape[1]), matmul_ref(xs, w)) for c, w in pieces])
         for key, part in parts:
             blocks[key] = part if key not in blocks else blocks[key] + part
     cols = sorted(blocks)

@@ -18,7 +18,7 @@ from megakernel.models import zoo
 
 def test_bytes_per_format_of_a_4096_square_matrix():
     shape = (4096, 4096)
-    got = {name: f.hbm_bytes(shape, 2) for name, f in formats.FORMATS.items()}
+    got = {name: f.shipped_bytes(shape, 2) for name, f in formats.FORMATS.items()}
     n = 4096 * 4096
     assert got == {
         "plain": 2 * n,
@@ -29,6 +29,12 @@ def test_bytes_per_format_of_a_4096_square_matrix():
         "fp8_b128": n + 32 * 32 * 4,               # f32 per 128 x 128 block, as shipped
         "mxfp4": n // 2 + (4096 // 32) * 4096,     # one E8M0 byte per 32 inputs
     }
+    # as the kernel's HBM operands hold them: scales f32 per group and column
+    streamed = {name: f.hbm_bytes(shape, 2) for name, f in formats.FORMATS.items()}
+    assert streamed == {"plain": 2 * n, "int8": n + 4096 * 4,
+                        "int4_g32": n // 2 + n // 32 * 4, "int4_g64": n // 2 + n // 64 * 4,
+                        "int4_g128": n // 2 + n // 128 * 4, "fp8_b128": n + n // 128 * 4,
+                        "mxfp4": n // 2 + n // 32 * 4}
 
 
 def test_row_quantum_is_whole_code_tiles_and_whole_groups():
