@@ -81,6 +81,8 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         shard_lines.append("VMEM tile layout pads (no HBM padding): " + "; ".join(
             f"{n} {s} -> {q}" for n, s, q in tiled[:8]) + (" ..." if len(tiled) > 8 else ""))
     out.append(("Sharding", shard_lines))
+    if plan.model.quantize.chosen():
+        out.append(("Weight formats (bytes streamed per step per core)", _format_lines(plan, md)))
     vm = m.vmem_total
     peak = max(m.live_vmem(p.index) for p in m.points)
     g = m.geometry
@@ -145,6 +147,33 @@ def _state_lines(plan: Plan, md: bool) -> list[str]:
                    "HBM bytes/step (read+write)"], rows, md) + [
         f"total per step per core: {_size(total)} ({total:,} bytes; every layer's state is "
         "read into VMEM one repetition ahead and written back behind)"]
+
+
+def _format_lines(plan: Plan, md: bool) -> list[str]:
+    """Per format: the ring's bytes of one step per core, codes and scales
+    apart, against the same weights in the model dtype."""
+    stream, item = plan.memory.stream, itemsize(plan.model.dtype)
+    fmt_of = {p.name: p.format for ss in plan.shard.stacks for p in ss.params}
+    fmt_of.update({p.name: fmt_of[p.scale_of] for ss in plan.shard.stacks for p in ss.params
+                   if p.scale_of})
+    rows: dict[str, list[int]] = {}
+    tiles = [(st.count, t) for st in stream.stacks for t in st.tiles]
+    tiles += [(1, t) for t in stream.head]
+    for count, t in tiles:
+        fmt = fmt_of.get(t.param, "plain")
+        row = rows.setdefault(fmt, [0, 0, 0])
+        if t.param.endswith("_scale"):
+            row[1] += count * t.nbytes
+        else:
+            row[0] += count * t.nbytes
+            row[2] += count * t.elements * item
+    total = sum(r[0] + r[1] for r in rows.values())
+    body = [(fmt, _size(c), _size(sc), _size(c + sc), _size(plain), f"{(c + sc) / plain:.2f}")
+            for fmt, (c, sc, plain) in sorted(rows.items())]
+    return _table(["format", "codes", "scales", "streamed", f"as {plan.model.dtype.value}",
+                   "ratio"], body, md) + [
+        f"weight ring per step per core: {_size(total)} ({total:,} bytes; every byte the "
+        "kernel's ring DMAs move, equal to trace mode's)"]
 
 
 def _header(plan: Plan) -> str:
