@@ -116,7 +116,8 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
             rb, n_tiles = (mine.nbytes, mine.count) if mine else (0, 0)
             other = vec if i == 0 else 0
             ph = dict(ring_bytes=rb, other_bytes=other, floor_bytes=rb + other,
-                      flops=2.0 * rows_eff * (mine.elements if mine else 0),
+                      flops=2.0 * rows_eff * (mine.elements + (c.dequant_slowdown - 1.0)
+                                              * mine.dequantized if mine else 0),
                       tiles=n_tiles, outstanding=ring,
                       overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
             cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)

@@ -64,9 +64,27 @@ class Tile:
         return (word_rows(self.view[0], self.dtype), self.view[1])
 
     @property
+    def scale_view(self) -> tuple[int, int] | None:
+        """[rows, cols] of the f32 scales a quantized tile brings with it (its
+        groups' rows, or the one per-channel row), in an auxiliary ring of that
+        shape, fetched with the codes under the same flat index; None: plain."""
+        if self.format == "plain":
+            return None
+        fmt = formats.get(self.format)
+        return (1 if fmt.group_rows == formats.WHOLE else self.rows // fmt.group_rows,
+                self.cols)
+
+    @property
+    def scale_row0(self) -> int:
+        fmt = formats.get(self.format)
+        return 0 if fmt.group_rows == formats.WHOLE else self.row0 // fmt.group_rows
+
+    @property
     def nbytes(self) -> int:
-        """Bytes the tile's DMA moves from HBM (4-bit codes: half a byte each)."""
-        return self.rows * self.cols * dtypes.of(self.dtype).bits // 8
+        """Bytes the tile's DMAs move from HBM (4-bit codes: half a byte each;
+        a quantized tile's scales included)."""
+        scales = self.scale_view[0] * self.cols * 4 if self.scale_view else 0
+        return self.rows * self.cols * dtypes.of(self.dtype).bits // 8 + scales
 
     @property
     def elements(self) -> int:
@@ -82,6 +100,8 @@ class NodeTiles:
     count: int
     nbytes: int
     elements: int
+    # weights dequantised in VMEM before their dot (quantized formats)
+    dequantized: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
 
 
 @dataclass(frozen=True)
@@ -250,12 +270,15 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
             else:
                 mine, nbytes, elements = _quantized_tiles(st.param(scale_name(p.name)), p,
                                                           bank_bytes)
+                _totals(p.name, *p.shape[-2:], p.dtype, bank_bytes, "weight",
+                        formats.get(p.format).row_quantum(p.shape[-2]))   # fits a bank
+            dq = 0 if p.format == "plain" else elements
             if nodes and nodes[-1].node == node:
                 n = nodes[-1]
                 nodes[-1] = NodeTiles(node, n.first, n.count + len(mine), n.nbytes + nbytes,
-                                      n.elements + elements)
+                                      n.elements + elements, n.dequantized + dq)
             else:
-                nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements))
+                nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements, dq))
             tiles.extend(mine)
         stacks.append(StackStream(st.stack, st.start, st.count, st.period, offset, tuple(tiles),
                                   tuple(nodes)))
@@ -271,24 +294,15 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
 
 
 def _quantized_tiles(scale, p, bank: int) -> tuple[tuple[Tile, ...], int, int]:
-    """(tiles, DMA bytes, weight elements) of quantized weight ``p``: each row
-    block of codes preceded by the tile of its scales (whole groups), both
-    through the ring. Per-channel scales (one row) are fetched with every row
+    """(tiles, DMA bytes, weight elements) of quantized weight ``p``: row blocks
+    of codes on whole scale groups, each bringing its scales (``Tile.scale_view``)
+    under its own flat index. Per-channel scales (one row) come with every row
     block of their columns."""
     fmt = formats.get(p.format)
     rows, cols = p.shape[-2:]
     key = (p.name, rows, cols, p.dtype, bank, "weight", fmt.row_quantum(rows))
-    codes = [dataclasses.replace(t, format=p.format) for t in tile_matrix(*key)]
-    nbytes, elements = _totals(*key)
-    g = fmt.group(rows)
-    per_row = fmt.group_rows == formats.WHOLE
-    out = []
-    for t in codes:
-        r0, n = (0, 1) if per_row else (t.row0 // g, t.rows // g)
-        s = Tile(scale.name, r0, n, t.col0, t.cols, scale.dtype)
-        out += [s, t]
-        nbytes += s.nbytes
-    return tuple(out), nbytes, elements
+    tiles = tuple(dataclasses.replace(t, format=p.format) for t in tile_matrix(*key))
+    return tiles, sum(t.nbytes for t in tiles), sum(t.elements for t in tiles)
 
 
 def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: int,

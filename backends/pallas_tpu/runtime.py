@@ -92,22 +92,18 @@ def matmul_quantized(x, w, fmt, scales, dtype):
 def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
     """y[:, c0:c0+cols] (+)= x[:, r0:r0+rows] @ tile, over static tiles
     ``first .. first+len(tiles)`` of segment s (row blocks accumulate). A
-    quantized weight's tiles come in pairs: its scales, then its codes,
-    dequantised to ``dequant_to`` before the dot (``matmul_quantized``)."""
+    quantized tile arrives with its scales and is dequantised to
+    ``dequant_to`` before the dot (``matmul_quantized``)."""
     blocks = {}
-    scales = None
     stream.begin(s, k, first, len(tiles))
     for j, t in enumerate(tiles):
-        if t.scale:          # held as a value until its codes arrive
-            got = stream.consume(s, k, first + j, lambda p: [w[...] for _, w in p])
-            scales = got[0] if len(got) == 1 else jnp.concatenate(got, axis=-1)
-            continue
         xs = x[:, t.r0:t.r0 + t.rows]
         if t.fmt:
-            parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t, sc=scales: [
+            parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
                 ((t.c0 + c, w.shape[1]),
-                 matmul_quantized(xs, w, t.fmt, sc[:, c:c + w.shape[1]], dequant_to))
-                for c, w in pieces])
+                 matmul_quantized(xs, w, t.fmt, pltpu.bitcast(sc[...], jnp.float32),
+                                  dequant_to))
+                for c, w, sc in pieces])
         else:
             parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
                 ((t.c0 + c, w.shape[1]), matmul_ref(xs, w)) for c, w in pieces])
