@@ -264,3 +264,46 @@ def quantize_weights(model, weights: dict, dtype=None) -> dict:
             out[name] = quantize(fmt, np.asarray(out[name], np.float32),
                                  (dtype or model.dtype).value)
     return out
+
+
+def from_shipped(fmt: Format, codes: np.ndarray, scales: np.ndarray, name: str,
+                 dtype: str = "bfloat16") -> Packed:
+    """A weight as a checkpoint ships it, in the IR's [..., K, N] orientation:
+    ``codes`` (int8 values; e4m3 or e2m1 bit patterns as uint8, or a float8
+    array) and ``scales`` as shipped (int8/int4: [..., K/g, N]; fp8_b128: f32
+    [..., ceil(K/128), ceil(N/128)]; mxfp4: E8M0 bytes [..., K/32, N]).
+    Malformed scales are a ``ConfigError`` naming the tensor ``name``: a zero,
+    NaN or infinite scale, an E8M0 byte 0 or 255 (not a usable power of two)."""
+    from megakernel.errors import ConfigError
+
+    codes = np.asarray(codes)
+    if codes.dtype == ml_dtypes.float8_e4m3fn:
+        codes = codes.view(np.uint8)
+    k, n = codes.shape[-2:]
+    want = fmt.scale_shape(codes.shape)
+    if tuple(scales.shape) != want:
+        raise ConfigError(f"scales have shape {tuple(scales.shape)}, expected {want} for "
+                          f"{fmt.name} codes of shape {tuple(codes.shape)}", path=name)
+    if fmt.scale == "e8m0":
+        raw = np.asarray(scales).astype(np.int64)
+        bad = (raw <= 0) | (raw >= 255)
+        what = "E8M0 bytes 0 or 255"
+    else:
+        raw = np.asarray(scales, np.float32)
+        bad = ~np.isfinite(raw) | (raw == 0)
+        what = "zero, NaN or infinite scales"
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ConfigError(f"{int(bad.sum())} {what} (first at {list(first)}: "
+                          f"{raw[first]!r})", path=name,
+                          hint="the checkpoint's scales are corrupt or not of this format")
+    if fmt.code == "float8_e4m3fn" and ((codes & 0x7F) == 0x7F).any():
+        raise ConfigError("float8 e4m3 codes hold NaN (0x7f / 0xff)", path=name,
+                          hint="the checkpoint's codes are corrupt")
+    if fmt.scale == "e8m0":
+        s = e8m0_scales(raw)
+    elif fmt.group_cols > 1:            # block scales, repeated over their columns
+        s = np.repeat(raw, fmt.group_cols, axis=-1)[..., :n]
+    else:
+        s = raw
+    return Packed(fmt, codes, s.astype(np.float32), dtype)

@@ -152,3 +152,34 @@ def test_round_to_nearest_stays_within_half_a_step(name):
         inside = np.abs(w) / scale <= 6
         assert (err[inside] <= np.where(np.abs(w[inside]) / scale[inside] < 4, 0.5, 1.0)).all()
     np.testing.assert_array_equal(deq[:64, 3], 0.0)
+
+
+@pytest.mark.parametrize("name, bad, words", [
+    ("int4_g32", 0.0, "zero, NaN or infinite scales (first at [1, 3]"),
+    ("int8", float("nan"), "zero, NaN or infinite scales (first at [0, 3]"),
+    ("fp8_b128", float("inf"), "zero, NaN or infinite scales (first at [1, 0]"),
+    ("mxfp4", 0, "E8M0 bytes 0 or 255 (first at [1, 3]"),
+    ("mxfp4", 255, "E8M0 bytes 0 or 255"),
+])
+def test_malformed_shipped_scales_are_named_by_tensor(name, bad, words):
+    from megakernel.errors import ConfigError
+
+    f = formats.get(name)
+    p = Q.quantize(f, np.random.default_rng(2).standard_normal((256, 256)))
+    scales = np.ones(f.scale_shape((256, 256)), np.uint8 if f.scale == "e8m0" else np.float32)
+    scales = scales * (127 if f.scale == "e8m0" else 1)
+    scales[min(1, scales.shape[0] - 1), 3 if scales.shape[1] > 3 else 0] = bad
+    with pytest.raises(ConfigError) as info:
+        Q.from_shipped(f, p.codes, scales, "layers.2.mlp.down")
+    assert str(info.value).startswith("layers.2.mlp.down: ") and words in str(info.value)
+
+
+def test_shipped_scales_expand_to_the_streamed_layout():
+    f = formats.get("fp8_b128")
+    p = Q.quantize(f, np.random.default_rng(3).standard_normal((256, 384)))
+    blocks = p.scales[:, ::128]                     # [2, 3]: one per 128 x 128 block
+    assert np.array_equal(Q.from_shipped(f, p.codes, blocks, "w").scales, p.scales)
+    m = formats.get("mxfp4")
+    q = Q.quantize(m, np.random.default_rng(4).standard_normal((128, 128)))
+    exps = (np.log2(q.scales) + 127).astype(np.uint8)
+    assert np.array_equal(Q.from_shipped(m, q.codes, exps, "w").scales, q.scales)
