@@ -193,7 +193,8 @@ def _moe_cost(cx: _NodeCost, node, ph: dict) -> dict:
     bw = _bw(cx.target, cx.ring + e.slots)
     return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,
                 floor_bytes=ph["floor_bytes"] + e.bytes_per_layer,
-                flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk,
+                flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk
+                * (1.0 if e.format == "plain" else c.dequant_slowdown),
                 outstanding=cx.ring + e.slots,
                 overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
                 stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")

@@ -9,6 +9,7 @@ space, shape, size and lifetime.
 
 from __future__ import annotations
 
+from megakernel import dtypes
 from megakernel.compiler.buffers import Space
 from megakernel.compiler.cost import LABEL
 from megakernel.compiler.layout import itemsize, mib, padded_shape
@@ -153,27 +154,30 @@ def _format_lines(plan: Plan, md: bool) -> list[str]:
     """Per format: the ring's bytes of one step per core, codes and scales
     apart, against the same weights in the model dtype."""
     stream, item = plan.memory.stream, itemsize(plan.model.dtype)
-    fmt_of = {p.name: p.format for ss in plan.shard.stacks for p in ss.params}
-    fmt_of.update({p.name: fmt_of[p.scale_of] for ss in plan.shard.stacks for p in ss.params
-                   if p.scale_of})
     rows: dict[str, list[int]] = {}
     tiles = [(st.count, t) for st in stream.stacks for t in st.tiles]
     tiles += [(1, t) for t in stream.head]
-    for count, t in tiles:
-        fmt = fmt_of.get(t.param, "plain")
-        row = rows.setdefault(fmt, [0, 0, 0])
-        if t.param.endswith("_scale"):
-            row[1] += count * t.nbytes
-        else:
-            row[0] += count * t.nbytes
-            row[2] += count * t.elements * item
+    for count, t in tiles:          # a quantized tile's bytes include its scales'
+        row = rows.setdefault(t.format, [0, 0, 0])
+        codes = t.elements * dtypes.of(t.dtype).bits // 8
+        row[0] += count * codes
+        row[1] += count * (t.nbytes - codes)
+        row[2] += count * t.elements * item
     total = sum(r[0] + r[1] for r in rows.values())
     body = [(fmt, _size(c), _size(sc), _size(c + sc), _size(plain), f"{(c + sc) / plain:.2f}")
             for fmt, (c, sc, plain) in sorted(rows.items())]
-    return _table(["format", "codes", "scales", "streamed", f"as {plan.model.dtype.value}",
-                   "ratio"], body, md) + [
+    lines = _table(["format", "codes", "scales", "streamed", f"as {plan.model.dtype.value}",
+                    "ratio"], body, md) + [
         f"weight ring per step per core: {_size(total)} ({total:,} bytes; every byte the "
         "kernel's ring DMAs move, equal to trace mode's)"]
+    count = {st.stack: st.count for st in stream.stacks}
+    for e in plan.memory.experts:
+        worst = count[e.stack] * e.bytes_per_layer
+        plain = count[e.stack] * e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * item
+        lines.append(f"stack {e.stack} {e.node} routed experts ({e.format}): at most "
+                     f"{_size(worst)} per step per core (codes and scales), "
+                     f"{_size(plain)} as {plan.model.dtype.value}")
+    return lines
 
 
 def _header(plan: Plan) -> str:

@@ -8,7 +8,8 @@ is followed by its scale companion ``{name}_scale``: f32 [K/g, N] per core
 (one row for per-channel int8), split like the weight along N and along K
 by whole groups, a ring weight of its own whose tiles interleave with the
 weight's (compiler/tile_weights.py). Formats on other channels (routed
-experts' slots, the MLA library's own matrices, the LM head) are a named
+routed experts go the same way through their slots: codes as words, scales
+beside them) the MLA library's own matrices and the LM head are a named
 ``PlanningError``: their kernel paths read plain weights only.
 """
 
@@ -55,10 +56,11 @@ def format_params(params: tuple[ParamShard, ...], chosen: dict[str, str],
         if fmt.plain:
             out.append(p)
             continue
-        if p.channel != "ring":
+        if p.channel not in ("ring", "experts"):
             raise PlanningError(f"format {name!r} is only streamed through the weight ring "
-                                f"yet; this weight reaches VMEM by {p.channel!r}",
-                                path=f"{where}.{p.name}", hint="quantize another weight kind")
+                                f"and the expert slots yet; this weight reaches VMEM by "
+                                f"{p.channel!r}", path=f"{where}.{p.name}",
+                                hint="quantize another weight kind")
         k_axis = len(p.full_shape) - 2
         k = p.full_shape[k_axis]
         fmt.check(p.shape, f"{where}.{p.name}")
@@ -66,7 +68,7 @@ def format_params(params: tuple[ParamShard, ...], chosen: dict[str, str],
         shape = list(p.full_shape)
         shape[k_axis] = k // fmt.group(k)
         splits = tuple(s for s in (_scale_split(s, k_axis, fmt, k) for s in p.splits) if s)
-        out.append(ParamShard(scale_name(p.name), tuple(shape), "float32", splits, "ring",
+        out.append(ParamShard(scale_name(p.name), tuple(shape), "float32", splits, p.channel,
                               f"scales of {p.name} ({name})", scale_of=p.name))
     return tuple(out)
 

@@ -180,14 +180,32 @@ class ExpertStream:
     experts_local: int
     max_distinct: int    # worst case distinct experts per layer per core
     dtype: str
+    # quantized experts (megakernel/formats.py): codes as 32-bit words in the
+    # slots, f32 scales in slots of their own
+    format: str = dataclasses.field(default="plain", metadata={OMIT_DEFAULT: True})
+
+    def scale_rows(self, rows: int) -> int:
+        """Scale rows of a [rows, N] slice of one expert matrix."""
+        fmt = formats.get(self.format)
+        return 1 if fmt.group_rows == formats.WHOLE else rows // fmt.group_rows
 
     @property
     def slot_bytes(self) -> int:
-        return 3 * padded_bytes((self.hidden, self.chunk), self.dtype)
+        h, c = self.hidden, self.chunk
+        if self.format == "plain":
+            return 3 * padded_bytes((h, c), self.dtype)
+        words = (2 * padded_bytes((word_rows(h, self.dtype), c), "int32")
+                 + padded_bytes((word_rows(c, self.dtype), h), "int32"))
+        return words + 2 * padded_bytes((self.scale_rows(h), c), "float32") + padded_bytes(
+            (self.scale_rows(c), h), "float32")
 
     @property
     def chunk_dma_bytes(self) -> int:
-        return 3 * self.hidden * self.chunk * itemsize(self.dtype)
+        h, c = self.hidden, self.chunk
+        codes = 3 * h * c * dtypes.of(self.dtype).bits // 8
+        if self.format == "plain":
+            return codes
+        return codes + 4 * (2 * self.scale_rows(h) * c + self.scale_rows(c) * h)
 
     @property
     def bytes_per_layer(self) -> int:
@@ -316,7 +334,7 @@ def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: in
             groups = width // LANES
             c = max(d for d in range(1, groups + 1) if groups % d == 0 and d <= (chunks or 1))
             out.append(ExpertStream(st.stack, node, slots, width // c, c, p.shape[1], local,
-                                    min(local, rows * top_k[node]), p.dtype))
+                                    min(local, rows * top_k[node]), p.dtype, p.format))
     return tuple(out)
 
 

@@ -12,6 +12,7 @@ planner adds padding, outputs and replicated tensors on top.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -117,8 +118,12 @@ def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["La
 
 
 def of_model(model: "Model") -> Sizes:
-    return of_layers(model.name, model.vocab_size, model.hidden_size, model.layers,
-                     model.tie_embeddings, model.dtype, model.max_seq_len)
+    sizes = of_layers(model.name, model.vocab_size, model.hidden_size, model.layers,
+                      model.tie_embeddings, model.dtype, model.max_seq_len)
+    if model.quantize.chosen():      # weights in their formats (megakernel/formats.py)
+        sizes = dataclasses.replace(sizes, param_bytes=sum(
+            p.nbytes for p in model.params().values()))
+    return sizes
 
 
 @functools.lru_cache(maxsize=None)

@@ -17,8 +17,10 @@ coin; when required, ``add`` must make any card fit. Two mixers are options of
 the draw rather than features, since they replace the attention the table's
 features describe: ``model_configs(mla=...)`` (latent attention, which turns off
 the features MLA layers refuse) and ``hybrid_configs()`` (hybrid_strategies.py,
-Gated DeltaNet layers, drawing this table's mixer-independent features). Not yet
-in the table: quantized weight formats.
+Gated DeltaNet layers, drawing this table's mixer-independent features).
+``quantized_dense`` draws a weight format for the dense matrices (routed
+experts, MLA and hybrid layers stay plain: their kernel paths, or their
+drawn widths, do not take the formats yet).
 """
 
 from __future__ import annotations
@@ -197,6 +199,37 @@ for _feature in (
     _flag("tied_embeddings", "tie_embeddings"),
 ):
     register(_feature)
+
+# Quantized dense weights (megakernel/formats.py): a format whose code tiles
+# and scale groups divide every per-core input width of the card.
+QUANTIZED = ("int8", "int4_g32", "int4_g64", "mxfp4", "int4_g128", "fp8_b128")
+
+
+def _fitting_formats(card: ModelConfig, cores: int) -> list[str]:
+    from megakernel.compiler.shard import shard_model
+    from megakernel.errors import MegakernelError
+    from megakernel.ir.config import build
+    from megakernel.ir.weight_kinds import Quantize
+
+    out = []
+    for fmt in QUANTIZED:
+        try:
+            shard_model(build(dataclasses.replace(card, quantize=Quantize(dense=fmt))), cores)
+        except MegakernelError:
+            continue
+        out.append(fmt)
+    return out
+
+
+def _add_quantized(draw, card, cores):
+    from megakernel.ir.weight_kinds import Quantize
+
+    fitting = _fitting_formats(card, cores) or ["int8"]   # int8 fits every GQA card drawn
+    return dataclasses.replace(card, quantize=Quantize(dense=draw(st.sampled_from(fitting))))
+
+
+register(Feature("quantized_dense", lambda c: c.quantize.dense != "plain", _add_quantized,
+                 fits=lambda c, cores: bool(_fitting_formats(c, cores))))
 
 
 def _names(names, option: str) -> frozenset[str]:

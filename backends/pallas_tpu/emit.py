@@ -186,6 +186,9 @@ def _moe(c: StackCtx, n) -> list[str]:
     extra = ""
     if op.router_logit_bias:
         extra += f", logit_bias={c.vec(n.name + '.router_logit_bias')}"
+    if c.shard.param(f"{n.name}.experts_gate").format != "plain":    # their scales' operands
+        scales = ", ".join(c.hbm(scale_name(f"{n.name}.experts_{p}")) for p in ("gate", "up", "down"))
+        extra += f", experts_scales=({scales})"
     if op.expert_bias:      # the down biases once per group sharing an expert
         tables = ", ".join(c.vec(f"{n.name}.experts_{p}_bias") for p in ("gate", "up", "down"))
         extra += f", biases=({tables}), bias_here=(me % {literal(tp)} == 0)"

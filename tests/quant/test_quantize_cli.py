@@ -43,7 +43,7 @@ def test_compile_records_the_formats_in_the_folder(tmp_path, capsys):
     ("dense:int8", "--quantize: expected KIND=FORMAT"),
     ("dense=int3", "--quantize.dense: unknown weight format 'int3'"),
     ("embedding=int8", "embedding weights can only be plain"),
-    ("experts=mxfp4", "only streamed through the weight ring yet"),
+    ("lm_head=int8", "the LM head's kernel path reads plain weights only"),
 ])
 def test_bad_quantize_flags_are_named(flag, needle, capsys):
     code, _, err = run("plan", "tiny-moe", "--quantize", flag, capsys=capsys)
