@@ -28,10 +28,6 @@ def scale_name(param: str) -> str:
     return param + SCALE
 
 
-def is_scale(param: str) -> bool:
-    return param.endswith(SCALE)
-
-
 def _scale_split(s: Split, k_axis: int, fmt: formats.Format, k: int) -> Split | None:
     if s.axis != k_axis:
         return s

@@ -31,7 +31,6 @@ from megakernel.compiler.layout import (LANES, itemsize, padded_bytes, round_up,
 from megakernel import dtypes, formats
 from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.compiler.shard import ShardPlan
-from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import body_global_name
 
@@ -286,8 +285,7 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
                 mine = tile_matrix(*key)
                 nbytes, elements = _totals(*key)
             else:
-                mine, nbytes, elements = _quantized_tiles(st.param(scale_name(p.name)), p,
-                                                          bank_bytes)
+                mine, nbytes, elements = _quantized_tiles(p, bank_bytes)
                 _totals(p.name, *p.shape[-2:], p.dtype, bank_bytes, "weight",
                         formats.get(p.format).row_quantum(p.shape[-2]))   # fits a bank
             dq = 0 if p.format == "plain" else elements
@@ -311,7 +309,7 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
                         elements)
 
 
-def _quantized_tiles(scale, p, bank: int) -> tuple[tuple[Tile, ...], int, int]:
+def _quantized_tiles(p, bank: int) -> tuple[tuple[Tile, ...], int, int]:
     """(tiles, DMA bytes, weight elements) of quantized weight ``p``: row blocks
     of codes on whole scale groups, each bringing its scales (``Tile.scale_view``)
     under its own flat index. Per-channel scales (one row) come with every row

@@ -17,7 +17,7 @@ from megakernel.ir.config import MLAConfig
 # (quantized_dense: the drawn MLA widths, v_head_dim 48 per core, are not whole
 # code tiles of the formats.)
 MLA_REFUSES = frozenset({"sliding_window", "qk_norm", "attn_logit_softcap", "attention_sinks",
-                         "quantized_dense"})
+                         "quantized_dense", "quantized_experts"})
 ROPE_SCALINGS = frozenset({"rope_llama3", "rope_yarn", "rope_linear", "rope_yarn_mscale"})
 
 

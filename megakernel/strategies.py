@@ -18,9 +18,9 @@ the draw rather than features, since they replace the attention the table's
 features describe: ``model_configs(mla=...)`` (latent attention, which turns off
 the features MLA layers refuse) and ``hybrid_configs()`` (hybrid_strategies.py,
 Gated DeltaNet layers, drawing this table's mixer-independent features).
-``quantized_dense`` draws a weight format for the dense matrices (routed
-experts, MLA and hybrid layers stay plain: their kernel paths, or their
-drawn widths, do not take the formats yet).
+``quantized_dense`` / ``quantized_experts`` draw a weight format for the
+dense matrices / the routed experts (MLA and hybrid cards stay plain: their
+drawn widths are not whole code tiles of the formats).
 """
 
 from __future__ import annotations
@@ -205,31 +205,44 @@ for _feature in (
 QUANTIZED = ("int8", "int4_g32", "int4_g64", "mxfp4", "int4_g128", "fp8_b128")
 
 
-def _fitting_formats(card: ModelConfig, cores: int) -> list[str]:
-    from megakernel.compiler.shard import shard_model
-    from megakernel.errors import MegakernelError
-    from megakernel.ir.config import build
+def _fitting_formats(card: ModelConfig, cores: int, kind: str) -> list[str]:
+    """The formats whose row quantum (whole code tiles and scale groups)
+    divides every per-core input width of the card's ``kind`` matrices, by
+    arithmetic (drawn on every coin): the hidden size, and for dense weights
+    the attention output projection's heads per core x head_dim. The MLP, MoE
+    and shared-expert widths per core are padded to 128 lanes, which every
+    quantum divides; MLA cards refuse the features (mla_strategies.py)."""
+    from megakernel import formats
+
+    if card.mla is not None:
+        return []
+    widths = [card.hidden_size]
+    if kind == "dense":
+        widths.append(card.num_q_heads // cores * card.head_dim)
+    return [f for f in QUANTIZED
+            if all(w % formats.get(f).row_quantum(w) == 0 for w in widths)]
+
+
+def _quantized(card: ModelConfig, kind: str, fmt: str) -> ModelConfig:
     from megakernel.ir.weight_kinds import Quantize
 
-    out = []
-    for fmt in QUANTIZED:
-        try:
-            shard_model(build(dataclasses.replace(card, quantize=Quantize(dense=fmt))), cores)
-        except MegakernelError:
-            continue
-        out.append(fmt)
-    return out
+    table = {**card.quantize.chosen(), kind: fmt}
+    return dataclasses.replace(card, quantize=Quantize(**table))
 
 
-def _add_quantized(draw, card, cores):
-    from megakernel.ir.weight_kinds import Quantize
+def _quantize_feature(name: str, kind: str, **rules) -> Feature:
+    """Weights of ``kind`` in a format drawn among those the card's widths take
+    (int8 fits every GQA card drawn)."""
+    def add(draw, card, cores):
+        fitting = _fitting_formats(card, cores, kind) or ["int8"]
+        return _quantized(card, kind, draw(st.sampled_from(fitting)))
 
-    fitting = _fitting_formats(card, cores) or ["int8"]   # int8 fits every GQA card drawn
-    return dataclasses.replace(card, quantize=Quantize(dense=draw(st.sampled_from(fitting))))
+    return Feature(name, lambda c: getattr(c.quantize, kind) != "plain", add,
+                   fits=lambda c, cores: bool(_fitting_formats(c, cores, kind)), **rules)
 
 
-register(Feature("quantized_dense", lambda c: c.quantize.dense != "plain", _add_quantized,
-                 fits=lambda c, cores: bool(_fitting_formats(c, cores))))
+register(_quantize_feature("quantized_dense", "dense"))
+register(_quantize_feature("quantized_experts", "experts", needs=("moe",)))
 
 
 def _names(names, option: str) -> frozenset[str]:

@@ -58,11 +58,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel import formats, quantize
+from megakernel import formats
+from megakernel.backends.pallas_tpu import dequant
 from megakernel.activations import apply as activation
 from megakernel.activations import clamped_swiglu
 from megakernel.compiler.buffers import Need, Space
-from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
 from megakernel.compiler.plan_json import GEOMETRIES, OMIT_DEFAULT
 from megakernel.errors import PlanningError
 
@@ -179,6 +179,11 @@ def _matmul(x, w):
     return jnp.dot(x.astype(w.dtype), w, precision=prec, preferred_element_type=jnp.float32)
 
 
+def _qmatmul(g: MoEGeometry, x, words, scales):
+    """x @ one slot's quantized codes, dequantised per chunk (dequant.py)."""
+    return dequant.matmul(x, words, scales, g.fmt, jnp.dtype(g.dtype), _matmul)
+
+
 def route(g: MoEGeometry, x, router, router_bias, logit_bias=None):
     """combine [RP, E] f32: row n's weight for global expert e (0 if not picked
     or a padding row), and used [1, E] int32: picked by any valid row."""
@@ -276,26 +281,6 @@ def _glu(g: MoEGeometry, gate, up):
     return clamped_swiglu(gate, up, g.swiglu_limit, g.swiglu_alpha)
 
 
-def _qmatmul(g: MoEGeometry, x, words, scales):
-    """x @ dequantize(one slot's codes): row chunks of whole units and scale
-    groups, each dequantised to ``g.dtype`` right before its dot (the
-    reference's arithmetic, megakernel/quantize.py)."""
-    f = formats.get(g.fmt)
-    per = 32 // f.code_bits
-    rows, cols = words.shape[0] * per, words.shape[1]
-    quantum = f.row_quantum(rows)
-    step = max(min(rows, WEIGHT_CHUNK_BYTES // (cols * 2)) // quantum * quantum, quantum)
-    srows = scales.shape[0]
-    acc = None
-    for r in range(0, rows, step):
-        n = min(step, rows - r)
-        sc = scales[...] if srows == 1 else scales[pl.ds(r * srows // rows, n * srows // rows), :]
-        w = quantize.dequantize(f, words[pl.ds(r // per, n // per), :], sc, jnp.dtype(g.dtype))
-        part = _matmul(x[:, r:r + n], w)
-        acc = part if acc is None else acc + part
-    return acc
-
-
 def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
                experts_down, layer, expert_offset, *, used_v, used_s, uniq, gate_slots,
                up_slots, down_slots, slot_sems, ids_sem, logit_bias=None, biases=None,
@@ -376,15 +361,15 @@ def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
         e = e_local + expert_offset
         wgt = jnp.sum(jnp.where(lane == e, combine, 0.0), axis=-1, keepdims=True)  # [RP, 1]
         if g.fmt:
-            gate = _qmatmul(g, xw, gate_b.at[slot], gate_scales.at[slot])
-            up = _qmatmul(g, xw, up_b.at[slot], up_scales.at[slot])
+            gate = _qmatmul(g, xw, gate_b.at[slot], gate_scales[slot])
+            up = _qmatmul(g, xw, up_b.at[slot], up_scales[slot])
         else:
             gate, up = _matmul(xw, gate_b[slot]), _matmul(xw, up_b[slot])
         if g.expert_bias:
             gate = gate + _expert_row(biases[0], e_local, q % nc, g)
             up = up + _expert_row(biases[1], e_local, q % nc, g)
         act = _glu(g, gate, up)
-        y = (_qmatmul(g, act.astype(jnp.dtype(g.dtype)), down_b.at[slot], down_scales.at[slot])
+        y = (_qmatmul(g, act, down_b.at[slot], down_scales[slot])
              if g.fmt else _matmul(act, down_b[slot]))
         return acc + wgt * y
 

@@ -14,9 +14,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel import activations, dtypes, formats, quantize
+from megakernel import activations, dtypes
 from megakernel.errors import EmitError
 from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
+from megakernel.backends.pallas_tpu import dequant
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
     all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
 from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, tile_pieces  # noqa: F401
@@ -69,31 +70,11 @@ def matmul_t_ref(x, w):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
 
-def matmul_quantized(x, w, fmt, scales, dtype):
-    """x @ w for a ring view ``w`` of quantized codes (``Words`` of the code
-    dtype): each row chunk (whole units and scale groups) dequantised in VMEM
-    to ``dtype`` by megakernel/quantize.py, the reference's arithmetic, right
-    before its dot. ``scales`` [rows / g, cols] f32 (one row: per channel)."""
-    f = formats.get(fmt)
-    rows, cols = w.shape
-    quantum = f.row_quantum(rows)
-    step = max(chunk_rows(rows, cols, jnp.dtype(dtype).itemsize) // quantum * quantum, quantum)
-    g = rows // scales.shape[0]
-    acc = None
-    for r in range(0, rows, step):
-        n = min(step, rows - r)
-        words = w.ref[pl.ds(r // w.per, n // w.per), :]
-        s = scales if scales.shape[0] == 1 else scales[r // g:(r + n) // g]
-        part = matmul(x[:, r:r + n], quantize.dequantize(f, words, s, dtype))
-        acc = part if acc is None else acc + part
-    return acc
-
-
 def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
     """y[:, c0:c0+cols] (+)= x[:, r0:r0+rows] @ tile, over static tiles
     ``first .. first+len(tiles)`` of segment s (row blocks accumulate). A
     quantized tile arrives with its scales and is dequantised to
-    ``dequant_to`` before the dot (``matmul_quantized``)."""
+    ``dequant_to`` before the dot (``dequant.matmul``)."""
     blocks = {}
     stream.begin(s, k, first, len(tiles))
     for j, t in enumerate(tiles):
@@ -101,8 +82,8 @@ def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
         if t.fmt:
             parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
                 ((t.c0 + c, w.shape[1]),
-                 matmul_quantized(xs, w, t.fmt, pltpu.bitcast(sc[...], jnp.float32),
-                                  dequant_to))
+                 dequant.matmul(xs, w.ref, pltpu.bitcast(sc[...], jnp.float32), t.fmt,
+                                jnp.dtype(dequant_to), matmul))
                 for c, w, sc in pieces])
         else:
             parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
