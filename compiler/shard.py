@@ -18,6 +18,7 @@ embedding and LM head are vocabulary-sharded.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -232,14 +233,27 @@ def gather_weights(model: Model, plan: ShardPlan,
     valid (unpadded) regions; replicated copies must agree."""
     out = {}
     for name, p in plan.full_names():
-        full = np.zeros(p.full_shape, per_core[0][name].dtype)
-        seen = np.zeros(p.full_shape, bool)
-        for core in range(plan.cores):
-            region = p.source(core)
-            piece = per_core[core][name][tuple(slice(0, r.stop - r.start) for r in region)]
-            if seen[region].any() and not np.array_equal(full[region], piece):
-                raise ShardingError("replicated copies differ between cores",
-                                    path=f"shard.{name}")
-            full[region], seen[region] = piece, True
-        out[name] = full
+        if isinstance(per_core[0][name], Packed):      # codes; scales from their shard
+            codes = _gather(p, [c[name].codes for c in per_core], name)
+            scales = _gather(plan.param(name + "_scale"), [c[name].scales for c in per_core],
+                             name + "_scale")
+            out[name] = dataclasses.replace(per_core[0][name], codes=codes, scales=scales)
+            continue
+        if p.scale_of:
+            continue
+        out[name] = _gather(p, [c[name] for c in per_core], name)
     return out
+
+
+def _gather(p, pieces: list[np.ndarray], name: str) -> np.ndarray:
+    """One weight rebuilt from every core's piece (its valid region); the
+    copies several cores hold must agree."""
+    full = np.zeros(p.full_shape, pieces[0].dtype)
+    seen = np.zeros(p.full_shape, bool)
+    for core, mine in enumerate(pieces):
+        region = p.source(core)
+        piece = mine[tuple(slice(0, r.stop - r.start) for r in region)]
+        if seen[region].any() and not np.array_equal(full[region], piece):
+            raise ShardingError("replicated copies differ between cores", path=f"shard.{name}")
+        full[region], seen[region] = piece, True
+    return full

@@ -227,7 +227,8 @@ def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
     "tied_head" (stored [vocab, hidden]: vocab row blocks). Row blocks of a
     "weight" are whole multiples of ``quantum`` rows too (a quantized weight's
     scale groups, megakernel/formats.py ``row_quantum``)."""
-    item, sub = itemsize(dtype), sublanes(dtype)
+    # In bits: the ring holds 4-bit codes two to a byte (packed in words).
+    item, sub, bank = dtypes.of(dtype).bits, sublanes(dtype), 8 * bank
     sub = math.lcm(sub, quantum)
     lane_cols, sub_rows = round_up(cols, LANES), round_up(rows, sub)
     if kind == "weight":
@@ -263,7 +264,7 @@ def _totals(name: str, rows: int, cols: int, dtype: str, bank: int,
     not fit a bank (only possible for banks below a few native tiles)."""
     tiles = tile_matrix(name, rows, cols, dtype, bank, kind, quantum)
     worst = max(tiles, key=lambda t: t.view[0] * t.view[1])
-    need = padded_bytes(worst.view, dtype)
+    need = padded_bytes(worst.words, "int32")      # as the bank holds it: words
     if need > bank:
         raise PlanningError(f"a {worst.view[0]}x{worst.view[1]} tile of {name} needs {need} "
                             f"bytes, more than bank_bytes={bank}", path="plan.ring",
@@ -287,7 +288,7 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
             else:
                 mine, nbytes, elements = _quantized_tiles(p, bank_bytes)
                 _totals(p.name, *p.shape[-2:], p.dtype, bank_bytes, "weight",
-                        formats.get(p.format).row_quantum(p.shape[-2]))   # fits a bank
+                        scale_quantum(p.format, p.shape[-2]))   # fits a bank
             dq = 0 if p.format == "plain" else elements
             if nodes and nodes[-1].node == node:
                 n = nodes[-1]
@@ -314,11 +315,22 @@ def _quantized_tiles(p, bank: int) -> tuple[tuple[Tile, ...], int, int]:
     of codes on whole scale groups, each bringing its scales (``Tile.scale_view``)
     under its own flat index. Per-channel scales (one row) come with every row
     block of their columns."""
-    fmt = formats.get(p.format)
     rows, cols = p.shape[-2:]
-    key = (p.name, rows, cols, p.dtype, bank, "weight", fmt.row_quantum(rows))
+    key = (p.name, rows, cols, p.dtype, bank, "weight", scale_quantum(p.format, rows))
     tiles = tuple(dataclasses.replace(t, format=p.format) for t in tile_matrix(*key))
     return tiles, sum(t.nbytes for t in tiles), sum(t.elements for t in tiles)
+
+
+def scale_quantum(fmt_name: str, rows: int) -> int:
+    """Rows a block of a quantized [rows, N] matrix must be a multiple of: whole
+    code tiles and scale groups, and (Mosaic slices tiled dimensions by whole
+    [8, 128] tiles) a whole 8 rows of f32 scales, unless the block is all of
+    ``rows`` (its scales then are the whole dimension)."""
+    fmt = formats.get(fmt_name)
+    if fmt.group_rows == formats.WHOLE:
+        return fmt.row_quantum(rows)
+    eight = math.lcm(fmt.row_quantum(rows), 8 * fmt.group_rows)
+    return eight if rows % eight == 0 else rows
 
 
 def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: int,
@@ -330,7 +342,10 @@ def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: in
         for node, _ep, _tp, local, width in st.experts:
             p = st.param(f"{node}.experts_gate")
             groups = width // LANES
-            c = max(d for d in range(1, groups + 1) if groups % d == 0 and d <= (chunks or 1))
+            # a slice of a quantized down matrix is whole 8-row tiles of scales
+            quantum = scale_quantum(p.format, width) if p.format != "plain" else LANES
+            c = max(d for d in range(1, groups + 1) if groups % d == 0 and d <= (chunks or 1)
+                    and (d == 1 or (width // d) % quantum == 0))
             out.append(ExpertStream(st.stack, node, slots, width // c, c, p.shape[1], local,
                                     min(local, rows * top_k[node]), p.dtype, p.format))
     return tuple(out)

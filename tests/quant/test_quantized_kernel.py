@@ -31,12 +31,13 @@ def model(fmt: str, moe: bool = False, experts: str = "plain", **kw):
 
 # Few and small (each is one interpret-mode compile, 5-30 s): every format
 # once, dense and routed experts, 1 and 2 devices, experts fetched whole and
-# in two slices. Measured with kernel and reference sharing the
+# in two slices (int8: per-channel scales; a grouped format slices experts
+# only on whole 8-row tiles of scales, not at these widths). Measured with kernel and reference sharing the
 # dequantisation: 2.4e-7 to 1.6e-5 max logit error (bf16 weights, f32
 # logits), far under the check's bf16 tolerance (~2.5e-2 here).
 CASES = [("int8", "plain", False, 1, None), ("int4_g32", "mxfp4", True, 2, None),
          ("mxfp4", "plain", False, 2, None), ("plain", "int8", True, 1, 2),
-         pytest.param("fp8_b128", "int4_g64", True, 1, 2, marks=pytest.mark.slow),
+         pytest.param("fp8_b128", "int4_g64", True, 1, None, marks=pytest.mark.slow),
          pytest.param("int4_g128", "plain", False, 2, None, marks=pytest.mark.slow)]
 
 
