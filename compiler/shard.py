@@ -27,7 +27,7 @@ import numpy as np
 from megakernel.compiler.layout import LANES, dtype_name, itemsize, round_up
 from megakernel.compiler.shard_formats import check_globals, format_params
 from megakernel.compiler.shard_rules import ParamShard, Reduction, Split, StateShard, layer_rules
-from megakernel.errors import ShardingError, error_context
+from megakernel.errors import IRError, PlanningError, ShardingError, error_context
 from megakernel.quantize import Packed
 from megakernel.ir.graph import Model, body_global_name, body_local_name
 from megakernel.ir.weight_kinds import layer_formats
@@ -152,8 +152,10 @@ def legal_core_counts(model: Model) -> list[int]:
     def fits(cores: int) -> bool:
         try:
             for st in model.stacks:
-                layer_rules(st.layer, model.dtype, cores, 1)
-        except ShardingError:
+                params = layer_rules(st.layer, model.dtype, cores, 1)[0]
+                # quantized weights: a core's rows must hold whole scale groups
+                format_params(params, layer_formats(model.quantize, st.layer), "shard")
+        except (ShardingError, PlanningError, IRError):
             return False
         return True
 

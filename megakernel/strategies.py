@@ -207,20 +207,31 @@ QUANTIZED = ("int8", "int4_g32", "int4_g64", "mxfp4", "int4_g128", "fp8_b128")
 
 def _fitting_formats(card: ModelConfig, cores: int, kind: str) -> list[str]:
     """The formats whose row quantum (whole code tiles and scale groups)
-    divides every per-core input width of the card's ``kind`` matrices, by
-    arithmetic (drawn on every coin): the hidden size, and for dense weights
-    the attention output projection's heads per core x head_dim. The MLP, MoE
-    and shared-expert widths per core are padded to 128 lanes, which every
-    quantum divides; MLA cards refuse the features (mla_strategies.py)."""
+    divides every per-core input width of the card's ``kind`` matrices (a
+    core's rows before padding: its groups must not be cut), by arithmetic
+    (drawn on every coin): the hidden size; for dense weights the output
+    projection's heads per core x head_dim, the MLP's and the shared experts'
+    intermediate per core; for routed experts their intermediate per core at
+    every tensor-parallel degree the planner may pick. MLA cards refuse the
+    features (mla_strategies.py)."""
     from megakernel import formats
 
     if card.mla is not None:
         return []
     widths = [card.hidden_size]
+    moe = card.moe
     if kind == "dense":
-        widths.append(card.num_q_heads // cores * card.head_dim)
+        widths += [card.num_q_heads // cores * card.head_dim, -(-card.intermediate_size // cores)]
+        if moe is not None and moe.num_shared_experts:
+            widths.append(-(-moe.num_shared_experts * moe.shared_intermediate // cores))
+    elif moe is not None:
+        widths += [-(-moe.expert_intermediate // tp) for tp in range(1, cores + 1)
+                   if cores % tp == 0]
+    # Per-channel scales (int8) do not split with the rows: only the widths
+    # that are not padded to 128 lanes (the first two) must be whole code tiles.
     return [f for f in QUANTIZED
-            if all(w % formats.get(f).row_quantum(w) == 0 for w in widths)]
+            if all(w % formats.get(f).row_quantum(w) == 0
+                   for w in (widths if formats.get(f).group_rows else widths[:2]))]
 
 
 def _quantized(card: ModelConfig, kind: str, fmt: str) -> ModelConfig:
