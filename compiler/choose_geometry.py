@@ -59,7 +59,13 @@ class _Search:
         return g.num_banks * self.per_bank[g.bank_bytes]
 
     def fits(self, g: Geometry) -> bool:
-        return self.fixed_vmem(g) + self.ring_bytes(g) <= self.target.vmem_budget
+        try:
+            ring = self.ring_bytes(g)
+        except PlanningError as err:
+            if err.path != "plan.ring":
+                raise
+            return False        # a tile (a quantized weight's whole-K block) outgrows the banks
+        return self.fixed_vmem(g) + ring <= self.target.vmem_budget
 
     def evaluate(self, g: Geometry):
         """(step ms, vmem bytes, memory plan) or None when infeasible."""

@@ -121,7 +121,8 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
             rb, n_tiles = (mine.nbytes, mine.count) if mine else (0, 0)
             other = vec if i == 0 else 0
             ph = dict(ring_bytes=rb, other_bytes=other, floor_bytes=rb + other,
-                      flops=2.0 * rows_eff * (mine.elements if mine else 0),
+                      flops=2.0 * rows_eff * (mine.elements + (c.dequant_slowdown - 1.0)
+                                              * mine.dequantized if mine else 0),
                       tiles=n_tiles, outstanding=ring,
                       overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
             cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
@@ -197,7 +198,8 @@ def _moe_cost(cx: _NodeCost, node, ph: dict) -> dict:
     bw = _bw(cx.target, cx.ring + e.slots)
     return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,
                 floor_bytes=ph["floor_bytes"] + e.bytes_per_layer,
-                flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk,
+                flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk
+                * (1.0 if e.format == "plain" else c.dequant_slowdown),
                 outstanding=cx.ring + e.slots,
                 overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
                 stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")

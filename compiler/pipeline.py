@@ -51,8 +51,9 @@ def plan_model(model: Model, *, target: "Target | str | None" = None, devices: i
     target = _target(target, devices)
     # Weights and caches that cannot fit these cores even split evenly are
     # refused from the numbers, before any tile is enumerated.
-    sizes.check_fits(sizes.of_model(model), cores=request.devices, hbm_per_core=target.hbm_bytes,
-                     chip=target.chip, batch=request.batch, path="plan.hbm", error=PlanningError)
+    sizes.check_fits(sizes.of_model(model, formatted=True), cores=request.devices,
+                     hbm_per_core=target.hbm_bytes, chip=target.chip, batch=request.batch,
+                     path="plan.hbm", error=PlanningError)
     options = _expert_parallel_options(model, request)
     # Several MoE splits: compare them with a one-round geometry search, then
     # refine the winner with the full search.

@@ -77,6 +77,10 @@ COST_TABLE: dict[str, Constant] = {
         4.5e12, "op/s", "assumed: 2 vector ALU slots x 8 sublanes x 128 lanes of f32 per "
         "cycle at 2.203 GHz (the clock of platform-facts.md); charges elementwise work "
         "that is not a matmul (the Gated DeltaNet recurrence)"),
+    "dequant_slowdown": Constant(
+        1.7, "x", "libtpu's static schedule (platform-facts.md): int8 weights dequantised "
+        "with an f32 scale multiply run 1.4x their HBM time, ~1,200 weights per cycle "
+        "against 2,048 bf16 weight pushes; charged on every dequantised weight"),
 }
 
 
@@ -98,6 +102,7 @@ class CostConstants:
     ici_hop_latency_s: float
     kernel_launch_s: float
     vpu_f32_ops_per_s: float
+    dequant_slowdown: float
 
     @classmethod
     def default(cls) -> "CostConstants":

@@ -143,7 +143,8 @@ def load(spec: str):
 
 # Planning flags, by destination: a compiled folder fixes them all (request.json).
 PLAN_FLAGS = ("devices", "target", "batch", "tokens", "context", "layers", "vmem_budget",
-              "bank_bytes", "banks", "expert_slots", "kv_tile", "moe_parallel", "steps_per_call")
+              "bank_bytes", "banks", "expert_slots", "kv_tile", "moe_parallel", "steps_per_call",
+              "quantize")
 
 
 def plan_args(p, *, model_optional: bool = False) -> None:
@@ -174,6 +175,22 @@ def plan_args(p, *, model_optional: bool = False) -> None:
     p.add_argument("--kv-tile", type=positive, default=None, help="override KV tile (tokens)")
     p.add_argument("--moe-parallel", type=moe_parallel, default=None,
                    help="tp, ep, or an expert-parallel degree")
+    p.add_argument("--quantize", action="append", default=None, metavar="KIND=FORMAT",
+                   help="store a weight kind (dense, experts, lm_head, ...) in a format "
+                        "(int8, int4_g32/64/128, fp8_b128, mxfp4), rounded to nearest on "
+                        "load; repeatable; over the card's own quantize table")
+
+
+def with_quantize(model, pairs: list[str] | None):
+    """``model`` with the ``--quantize`` pairs over its card's quantize table."""
+    import dataclasses
+
+    from megakernel.ir.weight_kinds import Quantize
+
+    if not pairs:
+        return model
+    table = {**model.quantize.chosen(), **Quantize.parse(pairs).chosen()}
+    return dataclasses.replace(model, quantize=Quantize(**table))
 
 
 def cut_layers(model, layers: int | None):
@@ -195,7 +212,8 @@ def make_plan(args, model=None):
     from megakernel.compiler.target import make_target
     from megakernel.errors import PlanningError
 
-    model = cut_layers(model or load(args.model), args.layers)
+    model = with_quantize(cut_layers(model or load(args.model), args.layers),
+                          getattr(args, "quantize", None))
     target = make_target(args.target, args.devices)
     if args.vmem_budget is not None:
         if args.vmem_budget > target.vmem_bytes:

@@ -18,6 +18,7 @@ import jinja2
 from megakernel.backends.pallas_tpu import declare, frame, pack
 from megakernel.backends.pallas_tpu.declare import literal
 from megakernel.compiler.plan_buffers import VECTORS
+from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import EmitError
 from megakernel.registry import Registry
 
@@ -81,8 +82,10 @@ class StackCtx:
         return f"vec_s{self.s}.get({self.vectors.index(name)}, k)"
 
     def tiles_of(self, param: str) -> tuple[int, int]:
-        """(first, count) of the layer's ring tiles of ``param``."""
-        idx = [j for j, t in enumerate(self.stream.tiles) if t.param == param]
+        """(first, count) of the layer's ring tiles of ``param`` (with its
+        scales' tiles, interleaved, when it is quantized)."""
+        idx = [j for j, t in enumerate(self.stream.tiles)
+               if t.param in (param, scale_name(param))]
         if not idx or idx != list(range(idx[0], idx[-1] + 1)):
             raise EmitError(f"tiles of {param} are not contiguous in the stream",
                             path=f"layers[{self.s}].{param}")
@@ -90,9 +93,11 @@ class StackCtx:
 
     def linear(self, out: str, x: str, param: str, width: int) -> str:
         first, count = self.tiles_of(param)
+        quantized = self.shard.param(param).format != "plain"
+        to = f", dequant_to={literal(self.model.dtype.value)}" if quantized else ""
         return (f"{out} = rt.ring_linear(stream, {self.s}, k, {x}, "
                 f"S{self.s}_TILES.tiles[{first}:{first + count}], out_cols={literal(width)}, "
-                f"first={first})")
+                f"first={first}{to})")
 
     def reduce(self, node: str, tensor: str) -> list[str]:
         """The all-reduce of ``tensor`` if the plan puts one after ``node``."""
@@ -180,6 +185,9 @@ def _moe(c: StackCtx, n) -> list[str]:
     extra = ""
     if op.router_logit_bias:
         extra += f", logit_bias={c.vec(n.name + '.router_logit_bias')}"
+    if c.shard.param(f"{n.name}.experts_gate").format != "plain":    # their scales' operands
+        scales = ", ".join(c.hbm(scale_name(f"{n.name}.experts_{p}")) for p in ("gate", "up", "down"))
+        extra += f", experts_scales=({scales})"
     if op.expert_bias:      # the down biases once per group sharing an expert
         tables = ", ".join(c.vec(f"{n.name}.experts_{p}_bias") for p in ("gate", "up", "down"))
         extra += f", biases=({tables}), bias_here=(me % {literal(tp)} == 0)"
