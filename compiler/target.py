@@ -79,6 +79,22 @@ COST_TABLE: dict[str, Constant] = {
 }
 
 
+# Compute constants measured by `megakernel calibrate` (libtpu's static schedule of
+# micro-kernels, compiler/calibration.json): their values and sources come from there.
+CALIBRATED = ("mxu_push_rows", "f32_matmul_slowdown", "tile_overhead_s", "op_overhead_s")
+
+
+def _calibrate(table: dict[str, Constant]) -> None:
+    from megakernel.compiler import calibration
+
+    cal = calibration.load()
+    for name in CALIBRATED:
+        table[name] = Constant(cal.rate(name), table[name].unit, cal.source(name))
+
+
+_calibrate(COST_TABLE)
+
+
 @dataclass(frozen=True)
 class CostConstants:
     """The values of ``COST_TABLE`` (change one with ``dataclasses.replace``)."""

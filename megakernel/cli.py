@@ -17,6 +17,7 @@ import sys
 import textwrap
 
 from megakernel import cli_args, interrupts
+from megakernel.cli_calibrate import _calibrate_args, cmd_calibrate
 from megakernel.cli_generate import _generate_args, cmd_generate
 from megakernel.errors import MegakernelError
 
@@ -275,6 +276,8 @@ COMMANDS = {
                  ["megakernel generate tiny-moe --prompt-ids 1,2,3 --max-new 20",
                   "megakernel generate tiny-dense --prompt-ids 5,6 7,8 --max-new 8 "
                   "--steps-per-call 4 --end-id 2"]),
+    "calibrate": (cmd_calibrate, "measure the cost model's compute rates with libtpu's static "
+                  "profile; writes the generated table", ["megakernel calibrate"]),
     "demo": (cmd_demo, "plan, emit, check and AOT-compile the default model (tiny-moe)",
              ["megakernel demo", "megakernel demo qwen3-8b --layers 2 --devices 4"]),
 }
@@ -305,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 ADD_ARGS: dict = {"plan": _plan_json_args, "compile": _compile_args, "check": _check_args,
-                  "aot": _aot_args, "demo": _demo_args, "generate": _generate_args}
+                  "aot": _aot_args, "demo": _demo_args, "generate": _generate_args,
+                  "calibrate": _calibrate_args}
 
 
 # An error message is cut to this many characters: textwrap.fill takes time
