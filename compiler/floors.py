@@ -120,3 +120,9 @@ def floors(plan) -> Floors:
     return Floors(nbytes / plan.target.hbm_bw * 1e3, nbytes / HBM_SUSTAINED.value * 1e3,
                   core_s * 1e3, latency_seconds(plan) * 1e3, c.step_ms,
                   tuple(sorted(by_fmt.items())))
+
+
+def modeled_compute_ms(cost) -> float:
+    """The cost model's compute side of one step (MXU time + per-op and per-tile
+    overheads of every phase, times its runs): what libtpu's core work checks."""
+    return sum((p.mxu_s + p.overhead_s) * p.per_step for p in cost.phases) * 1e3

@@ -208,6 +208,12 @@ def cmd_aot(args) -> int:
     with cli_args.progress(f"compiling for {args.topology} with libtpu"):
         result = aot_compile(module, plan, topology=args.topology)
     print(aot_line(result))
+    if args.profile:
+        from megakernel.backends.pallas_tpu.profile_kernel import profile
+
+        with cli_args.progress("libtpu's static schedule of the kernel, cut to two depths"):
+            work = profile(plan, topology=args.topology)
+        print(work.summary())
     return 0
 
 
@@ -216,6 +222,9 @@ def _aot_args(p) -> None:
     _trust_edited_arg(p)
     p.add_argument("--topology", type=cli_args.topology, default="tpu7x:2x2x1",
                    metavar="TOPOLOGY", help="TPU topology, e.g. tpu7x:2x2x1")
+    p.add_argument("--profile", action="store_true",
+                   help="also report libtpu's static schedule of the kernel: core work on "
+                        "the critical path by unit, and headroom against the HBM floor")
 
 
 def cmd_demo(args) -> int:

@@ -27,18 +27,22 @@ from dataclasses import dataclass, field
 PROFILE_SUFFIX = "static_llo_profile.textproto"
 CRITICAL_SUFFIX = "critical_path.txt"
 
-# Critical-path instruction -> the unit it occupies. First match wins; the
-# mnemonics are libtpu's LLO opcodes as they appear in its critical-path dump.
+# Critical-path opcode -> the unit it occupies (libtpu's LLO mnemonics, the word
+# after "= " in its critical-path dump). First match wins; the rest is scalar
+# work (s*, predicates p*, address arithmetic).
 UNITS = (
-    ("mxu_push", re.compile(r"= vmatpush|= vmatprep|= vlatch")),
-    ("mxu_stream", re.compile(r"= vmatmul|= vmatres|= vpop|= vdwg|mxu")),
-    ("dma_issue", re.compile(r"dma\.")),
-    ("cross_lane", re.compile(r"= v(rot|perm|xpose|bcast|shuffle|red|reduce|xlane|lane)")),
-    ("vector", re.compile(r"= v")),
-    ("scalar", re.compile(r"= s|= ld|= st|= br|= cmp|= add|= mul|= and|= or|= sh")),
+    ("stall", re.compile(r"wait")),                              # dma.done.wait, ...
+    ("mxu_push", re.compile(r"^vmatpush|^vmatprep\.subr|^vlatch")),  # weights into the MXU
+    ("mxu_stream", re.compile(r"^vmat|^vpop|^vdwg")),               # LHS in, results out
+    ("dma_issue", re.compile(r"^dma\.|^vsync")),                    # descriptors, sync flags
+    ("cross_lane", re.compile(r"xlane|^vrot|^vperm|^vxpose|^vshuffle|^vreduce|^vbcast|lane")),
+    ("vector", re.compile(r"^v")),
 )
-OTHER = "other"
-STALL = "stall"
+SCALAR = "scalar"
+
+
+def unit_of(opcode: str) -> str:
+    return next((u for u, pat in UNITS if pat.search(opcode)), SCALAR)
 
 
 def profiled_env(dump_dir: str, *, critical_path: bool = True, extra: str = "") -> dict:
@@ -86,15 +90,20 @@ def _estimates(text: str):
 
 def breakdown(text: str) -> tuple[dict, int]:
     """Critical path -> ({unit: cycles}, length). Each instruction is charged the
-    cycles from its start to the next one's ("Length to end" differences); the
-    cycles of an instruction that waits (a DMA or semaphore wait) are stalls."""
-    path = [(int(m.group(1)), m.group(2))
-            for m in re.finditer(r"(?m)^Length to end: (\d+), (.*)$", text)]
+    cycles from its start to the next one's ("Length to end" differences): its
+    latency as the next one sees it. A DMA's latency is its transfer, which the
+    core waits out: one cycle of issue, the rest a stall."""
+    path = []
+    for m in re.finditer(r"(?m)^Length to end: (\d+), (.*)$", text):
+        op = re.search(r"= ([\w.]+)", m.group(2))
+        path.append((int(m.group(1)), op.group(1) if op else m.group(2).split()[0]))
     units: dict = {}
-    for (here, ins), (nxt, _) in zip(path, path[1:] + [(0, "")]):
-        unit = STALL if re.search(r"wait|\.done|sync", ins) else next(
-            (u for u, pat in UNITS if pat.search(ins)), OTHER)
-        units[unit] = units.get(unit, 0) + max(here - nxt, 0)
+    for (here, op), (nxt, _) in zip(path, path[1:] + [(0, "")]):
+        unit, cycles = unit_of(op), max(here - nxt, 0)
+        if unit == "dma_issue" and op.startswith("dma.") and cycles > 1:
+            units["stall"] = units.get("stall", 0) + cycles - 1
+            cycles = 1
+        units[unit] = units.get(unit, 0) + cycles
     return units, (path[0][0] if path else 0)
 
 
