@@ -39,6 +39,10 @@ def calibrate(path, *, chip: str = "tpu7x", command: str = "megakernel calibrate
     measured = measure()
     failed = {n: v for n, v in measured.items() if not isinstance(v, list)}
     if failed:
-        raise RuntimeError(f"calibration kernels failed to compile: {failed}")
+        from megakernel.errors import EmitError
+
+        raise EmitError(f"calibration kernels failed to compile: {failed}",
+                        path="calibrate", hint="the table was not written; fix the kernel "
+                        "in backends/pallas_tpu/calibrate_kernels.py or leave it out")
     return calibration.write(path, measured, make_target(chip).bf16_flops, chip=chip,
                              command=command, versions=versions())

@@ -60,14 +60,24 @@ def profiled_env(dump_dir: str, *, critical_path: bool = True, extra: str = "") 
 def run_child(module: str, args: list[str], dump_dir: str, timeout: float,
               extra_flags: str = "") -> dict:
     """``python -m module *args`` with profiling flags; the child prints one JSON
-    object as its last stdout line. Raises RuntimeError with its stderr tail."""
-    proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
-                          text=True, timeout=timeout,
-                          env=profiled_env(dump_dir, extra=extra_flags))
+    object as its last stdout line. Raises EmitError with the child's last error."""
+    from megakernel.errors import EmitError
+
+    hint = ("libtpu's profile pass refuses some kernels (docs/floors.md); the plain "
+            "`megakernel aot` compile is unaffected")
+    try:
+        proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                              text=True, timeout=timeout,
+                              env=profiled_env(dump_dir, extra=extra_flags))
+    except subprocess.TimeoutExpired:
+        raise EmitError(f"profiled compile still running after {timeout:.0f} s",
+                        path=f"profile.{module}", hint=hint) from None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"profiled compile `{module}` exited {proc.returncode}: "
-                           f"{proc.stderr.strip()[-800:]}")
+        errors = [ln for ln in proc.stderr.splitlines() if "Error" in ln]
+        raise EmitError(f"profiled compile exited {proc.returncode}: "
+                        f"{(errors or [proc.stderr.strip()[-400:]])[-1][:600]}",
+                        path=f"profile.{module}", hint=hint)
     return json.loads(lines[-1])
 
 
