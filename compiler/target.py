@@ -84,7 +84,7 @@ COST_TABLE: dict[str, Constant] = {
 # tile_overhead_s and op_overhead_s stay assumed: the micro-kernels' 0.161 us per tile
 # and 0.102 us per norm miss what a real ring tile costs the core (llama-3.2-1b's LM
 # head: ~2,500 cycles per tile on the critical path, docs/floors.md), and with them the
-# geometry search chose 32 x 1 MiB banks, 3.4x the core work of 16 x 2 MiB.
+# geometry search chose 32 x 1 MiB banks, 1.6x the core work of 16 x 2 MiB per cut.
 CALIBRATED = ("mxu_push_rows", "f32_matmul_slowdown")
 
 
