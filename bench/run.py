@@ -66,7 +66,8 @@ STAGE_FIELDS = {"codegen": ("codegen_s",),
                 "aot": ("aot_compile_s", "compiled_vmem_bytes"),
                 "check": ("check_s",),
                 "trace": ("trace_s", "trace_bytes_per_step"),
-                "replay": ("replay_s", "replay_step_ms")}
+                "replay": ("replay_s", "replay_step_ms"),
+                "profile": ("profile_s", "core_work_ms")}
 
 
 STAGES = ("plan",) + tuple(STAGE_FIELDS)
@@ -123,6 +124,12 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
                plan_vmem_bytes=plan.memory.vmem_total, plan_digest=plan.digest(),
                # recurrent state (Gated DeltaNet) read and written whole each step, per core
                modeled_state_bytes_per_step=sum(s.bytes_per_step for s in plan.memory.states))
+    from megakernel.compiler.floors import floors, modeled_compute_ms
+
+    fl = floors(plan)
+    rec.update(modeled_hbm_sustained_floor_ms=fl.hbm_sustained_ms, modeled_core_floor_ms=fl.core_ms,
+               modeled_latency_floor_ms=fl.latency_ms, modeled_binding_floor=fl.binding,
+               modeled_binding_efficiency=fl.efficiency, modeled_compute_ms=modeled_compute_ms(c))
     forms = sorted({g.geometry.form for g in plan.memory.geometries if g.library == "mla"})
     if forms:
         rec["mla_form"] = "/".join(forms)
@@ -176,6 +183,8 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
         else:
             rec["skipped"]["aot"] = "no kernel (codegen failed)"
         done(rec)
+        _profile_stage(rec, name, plan, devices, aot and kernel is not None)
+        done(rec)
         if not interpret:
             for stage in ("check", "trace", "replay"):
                 rec["skipped"][stage] = "interpret mode: tiny models only"
@@ -217,6 +226,25 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
 
 
 KERNEL_FALLBACK = {"allreduce": "one_shot"}
+# libtpu's static schedule (two more AOT compiles, cut depths, ~12 s for tiny-moe):
+# llama-3.2-1b takes minutes (`megakernel aot DIR --profile`), over the bench's
+# budget; tiny-dense's profiled compile is refused by libtpu (docs/floors.md);
+# multi-core kernels can abort the profile pass.
+PROFILE = ("tiny-moe",)
+
+
+def _profile_stage(rec, name, plan, devices, compiled) -> None:
+    """Core work from libtpu's static schedule beside the modeled compute."""
+    if name not in PROFILE or devices != 1 or not compiled:
+        rec["skipped"]["profile"] = ("static profile: bench/run.py PROFILE only (time budget, "
+                                     "libtpu refusals; docs/floors.md)")
+        return
+    from megakernel.backends.pallas_tpu.profile_kernel import profile
+
+    work = _stage(rec, "profile", lambda: profile(plan, topology=aot_topology(devices)))
+    if work is not None:
+        rec.update(core_work_ms=work.ms, core_work_headroom=work.headroom,
+                   core_work_cycles=work.cycles, core_work_cuts=list(work.cuts))
 
 
 def aot_topology(devices: int) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 COLUMNS = ("model", "cores", "plan s", "codegen s", "AOT s", "step ms (modeled)",
            "step ms N=16 (modeled)",
-           "HBM floor ms (modeled)", "eff. (modeled)", "MLA form", "state MB/step (modeled)",
+           "HBM floor ms (modeled)", "eff. (modeled)",
+           "floors ms HBM/3.2TB/core/lat", "binds: eff. (modeled)",
+           "compute ms modeled/libtpu", "MLA form", "state MB/step (modeled)",
            "sync-ops ms (modeled)",
            "trace replay ms mega/sync (modeled)",
            "VMEM MiB compiled/plan (diff)", "XLA copies MiB/step N=1/16", "bytes/step trace/min", "check s")
@@ -36,6 +38,13 @@ def _vmem(compiled, plan) -> str:
     if compiled is None:
         return f"n/a/{_mib(plan)}"
     return f"{_mib(compiled)}/{_mib(plan)} ({(compiled - plan) / 2**20:+.2f})"
+
+
+def _core_work(r) -> str:
+    """libtpu's core work; flagged where it differs from the modeled compute by > 15%."""
+    ratio = r["core_work_ms"] / r["modeled_compute_ms"]
+    return f"{r['core_work_ms']:.3f}" + (f" (x{ratio:.2f} DIFFERS)" if abs(ratio - 1) > 0.15
+                                          else "")
 
 
 class _Cells:
@@ -70,6 +79,14 @@ class _Cells:
         cells.append(s(r, "plan", lambda: f"{r['modeled_step_ms_n16']:.3f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_hbm_floor_ms']:.3f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_efficiency']:.1%}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_hbm_floor_ms']:.3f}/"
+                                          f"{r['modeled_hbm_sustained_floor_ms']:.3f}/"
+                                          f"{r['modeled_core_floor_ms']:.3f}/"
+                                          f"{r['modeled_latency_floor_ms']:.3f}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_binding_floor']}: "
+                                          f"{r['modeled_binding_efficiency']:.1%}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_compute_ms']:.3f}/")
+                     + s(r, "profile", lambda: _core_work(r)))
         cells.append(s(r, "plan", lambda: r.get("mla_form", "-")))
         cells.append(s(r, "plan", lambda: f"{r.get('modeled_state_bytes_per_step', 0) / 1e6:.1f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_sync_step_ms']:.3f} "
@@ -135,6 +152,14 @@ def render(records: list[dict], summary: dict) -> str:
         "  for tiny-moe/4 and qwen3-32b/8, tests/backends/test_aot_multistep.py).",
         "step ms N=16 (modeled): the plan for 16 steps per call (--steps-per-call 16), per "
         "step: the launch paid once per call.",
+        "floors (modeled, compiler/floors.py): HBM bytes per core at nominal and at 3.2 TB/s "
+        "sustained (Inferact), core = MXU",
+        "  weight loads at the calibrated rates (compiler/calibration.json), latency = launch "
+        "share + collective phases; binds: eff. = the largest / modeled step.",
+        "compute ms modeled/libtpu: the cost model's compute side (MXU + overheads) / the "
+        "kernel's critical path in libtpu's static",
+        "  schedule, profiled at two cut depths and scaled per layer (docs/floors.md); DIFFERS "
+        "marks > 15% apart.",
         "check s: interpret-mode check of 2 decode steps vs the plain-JAX reference "
         "(FAIL = disagreed).",
         "MLA form: the multi-head latent attention form the cost model chose (absorbed or "

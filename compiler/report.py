@@ -12,6 +12,7 @@ from __future__ import annotations
 from megakernel import dtypes
 from megakernel.compiler.buffers import Space
 from megakernel.compiler.cost import LABEL
+from megakernel.compiler.floors import floors
 from megakernel.compiler.layout import itemsize, mib, padded_shape
 from megakernel.compiler.plan import Plan
 
@@ -57,6 +58,7 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         f"HBM floor: {c.floor_ms:.3f} ms ({c.floor_bytes_per_core / 1e9:.3f} GB read per core "
         f"at {t.hbm_bw / 1e12:.2f} TB/s)",
         f"modeled efficiency (floor / modeled): {c.efficiency:.1%}",
+        *floors(plan).lines(),
     ]))
     out.append(("Choices", [f"{k}: {v}" for k, v in plan.choices]))
     shard_lines = []

@@ -84,6 +84,26 @@ COST_TABLE: dict[str, Constant] = {
 }
 
 
+# Compute constants measured by `megakernel calibrate` (libtpu's static schedule of
+# micro-kernels, compiler/calibration.json): their values and sources come from there.
+# tile_overhead_s and op_overhead_s stay assumed: the micro-kernels' 0.161 us per tile
+# and 0.102 us per norm miss what a real ring tile costs the core (llama-3.2-1b's LM
+# head: ~2,500 cycles per tile on the critical path, docs/floors.md), and with them the
+# geometry search chose 32 x 1 MiB banks, 1.6x the core work of 16 x 2 MiB per cut.
+CALIBRATED = ("mxu_push_rows", "f32_matmul_slowdown")
+
+
+def _calibrate(table: dict[str, Constant]) -> None:
+    from megakernel.compiler import calibration
+
+    cal = calibration.load()
+    for name in CALIBRATED:
+        table[name] = Constant(cal.rate(name), table[name].unit, cal.source(name))
+
+
+_calibrate(COST_TABLE)
+
+
 @dataclass(frozen=True)
 class CostConstants:
     """The values of ``COST_TABLE`` (change one with ``dataclasses.replace``)."""

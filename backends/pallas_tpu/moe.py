@@ -28,8 +28,8 @@ layer, expert_offset, **buffers, logit_bias=None, biases=None, bias_here=True)
 [RP, E] f32, x @ router (the emitter streams the router through the ring like
 any linear: x in the weight's dtype, f32 accumulation); router_bias value
 [1, E] f32 or None; experts_* HBM refs [L, experts_local, ...]; layer traced
-int32; expert_offset = global id of local expert 0 (EP) or 0 (TP); logit_bias [1, E] f32 (``router_logit_bias``);
-biases (gate [1, experts_local, inter_local], up, down [1, experts_local,
+int32; expert_offset = global id of local expert 0 (EP) or 0 (TP); logit_bias
+[1, E] f32 (``router_logit_bias``); biases (gate [1, experts_local, inter_local], up, down [1, experts_local,
 hidden]) f32 (``expert_bias``); bias_here: whether this core adds the down
 biases (one core of each group splitting an expert's intermediate). Returns the
 sum over this core's selected experts of weight * expert(x) for valid rows and
