@@ -66,7 +66,8 @@ STAGE_FIELDS = {"codegen": ("codegen_s",),
                 "aot": ("aot_compile_s", "compiled_vmem_bytes"),
                 "check": ("check_s",),
                 "trace": ("trace_s", "trace_bytes_per_step"),
-                "replay": ("replay_s", "replay_step_ms")}
+                "replay": ("replay_s", "replay_step_ms"),
+                "profile": ("profile_s", "core_work_ms")}
 
 
 STAGES = ("plan",) + tuple(STAGE_FIELDS)
@@ -123,11 +124,23 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
                plan_vmem_bytes=plan.memory.vmem_total, plan_digest=plan.digest(),
                # recurrent state (Gated DeltaNet) read and written whole each step, per core
                modeled_state_bytes_per_step=sum(s.bytes_per_step for s in plan.memory.states))
+    from megakernel.compiler.floors import floors, modeled_compute_ms
+
+    fl = floors(plan)
+    rec.update(modeled_hbm_sustained_floor_ms=fl.hbm_sustained_ms, modeled_core_floor_ms=fl.core_ms,
+               modeled_latency_floor_ms=fl.latency_ms, modeled_binding_floor=fl.binding,
+               modeled_binding_efficiency=fl.efficiency, modeled_compute_ms=modeled_compute_ms(c))
     forms = sorted({g.geometry.form for g in plan.memory.geometries if g.library == "mla"})
     if forms:
         rec["mla_form"] = "/".join(forms)
     rec["modeled_step_ms_n16"] = plan_model(model, devices=devices, batch=batch, tokens=1,
                                             steps=16).cost.step_ms
+    from bench.sensitivity import TARGETS, sensitivity
+
+    rec["modeled_sensitivity"] = sensitivity(model, plan)
+    if (name, devices) in TARGETS and layers is None:
+        b8 = plan_model(model, devices=devices, batch=8, tokens=1).cost
+        rec.update(modeled_step_ms_b8=b8.step_ms, modeled_efficiency_b8=b8.efficiency)
     sync = synchronised_us(expand(model, c).events)
     rec.update(modeled_sync_step_ms=sync["strict"] / 1e3,
                modeled_sync_overlap_step_ms=sync["overlap"] / 1e3,
@@ -170,6 +183,8 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
         else:
             rec["skipped"]["aot"] = "no kernel (codegen failed)"
         done(rec)
+        _profile_stage(rec, name, plan, devices, aot and kernel is not None)
+        done(rec)
         if not interpret:
             for stage in ("check", "trace", "replay"):
                 rec["skipped"][stage] = "interpret mode: tiny models only"
@@ -211,6 +226,25 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
 
 
 KERNEL_FALLBACK = {"allreduce": "one_shot"}
+# libtpu's static schedule (two more AOT compiles, cut depths, ~12 s for tiny-moe):
+# llama-3.2-1b takes minutes (`megakernel aot DIR --profile`), over the bench's
+# budget; tiny-dense's profiled compile is refused by libtpu (docs/floors.md);
+# multi-core kernels can abort the profile pass.
+PROFILE = ("tiny-moe",)
+
+
+def _profile_stage(rec, name, plan, devices, compiled) -> None:
+    """Core work from libtpu's static schedule beside the modeled compute."""
+    if name not in PROFILE or devices != 1 or not compiled:
+        rec["skipped"]["profile"] = ("static profile: bench/run.py PROFILE only (time budget, "
+                                     "libtpu refusals; docs/floors.md)")
+        return
+    from megakernel.backends.pallas_tpu.profile_kernel import profile
+
+    work = _stage(rec, "profile", lambda: profile(plan, topology=aot_topology(devices)))
+    if work is not None:
+        rec.update(core_work_ms=work.ms, core_work_headroom=work.headroom,
+                   core_work_cycles=work.cycles, core_work_cuts=list(work.cuts))
 
 
 def aot_topology(devices: int) -> str:
@@ -266,7 +300,7 @@ def _trace_replay(model, plan, weights, kdir, traced) -> dict:
     from megakernel.backends import pallas_tpu as backend
     from megakernel.backends.pallas_tpu import load, trace
 
-    from bench.replay import replay
+    from bench.replay import plan_compute, replay
     from bench.timeline import Expanded, plot
 
     def sync_trace():
@@ -276,10 +310,16 @@ def _trace_replay(model, plan, weights, kdir, traced) -> dict:
     out = {}
     for sync, res in ((False, traced), (True, sync_trace())):
         rep = replay(res.program(0), plan.target, rows_padded=plan.memory.rows_padded,
-                     itemsize=model.dtype.itemsize, f32=model.dtype.value == "float32")
+                     itemsize=model.dtype.itemsize, f32=model.dtype.value == "float32",
+                     compute=plan_compute(plan))
         key = "replay_sync" if sync else "replay"
+        stalls = {}
+        for e in rep.events:
+            if e.lane == "stall":
+                kind = e.label.removeprefix("wait ")
+                stalls[kind] = stalls.get(kind, 0.0) + (e.end_us - e.start_us) / 1e3
         out.update({f"{key}_step_ms": rep.step_ms, f"{key}_stall_ms": rep.stall_us / 1e3,
-                    f"{key}_hbm_bytes": rep.bytes})
+                    f"{key}_stall_ms_by_kind": stalls, f"{key}_hbm_bytes": rep.bytes})
         if model.name == REPLAY_CHART:
             RESULTS.mkdir(parents=True, exist_ok=True)
             png = RESULTS / f"replay_{model.name}{'_sync' if sync else ''}.png"
@@ -291,6 +331,8 @@ def _trace_replay(model, plan, weights, kdir, traced) -> dict:
                         "rates, bench/replay.py)")
             out[f"{key}_png"] = str(png)
     out["replay_sync_slowdown"] = out["replay_sync_step_ms"] / out["replay_step_ms"]
+    # the replay against the cost model (both modeled, one DMA model, the same compute)
+    out["replay_over_modeled"] = out["replay_step_ms"] / plan.cost.step_ms
     return out
 
 

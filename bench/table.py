@@ -10,7 +10,9 @@ from __future__ import annotations
 
 COLUMNS = ("model", "cores", "plan s", "codegen s", "AOT s", "step ms (modeled)",
            "step ms N=16 (modeled)",
-           "HBM floor ms (modeled)", "eff. (modeled)", "MLA form", "state MB/step (modeled)",
+           "HBM floor ms (modeled)", "eff. (modeled)",
+           "floors ms HBM/3.2TB/core/lat", "binds: eff. (modeled)",
+           "compute ms modeled/libtpu", "MLA form", "state MB/step (modeled)",
            "sync-ops ms (modeled)",
            "trace replay ms mega/sync (modeled)",
            "VMEM MiB compiled/plan (diff)", "XLA copies MiB/step N=1/16", "bytes/step trace/min", "check s")
@@ -36,6 +38,13 @@ def _vmem(compiled, plan) -> str:
     if compiled is None:
         return f"n/a/{_mib(plan)}"
     return f"{_mib(compiled)}/{_mib(plan)} ({(compiled - plan) / 2**20:+.2f})"
+
+
+def _core_work(r) -> str:
+    """libtpu's core work; flagged where it differs from the modeled compute by > 15%."""
+    ratio = r["core_work_ms"] / r["modeled_compute_ms"]
+    return f"{r['core_work_ms']:.3f}" + (f" (x{ratio:.2f} DIFFERS)" if abs(ratio - 1) > 0.15
+                                          else "")
 
 
 class _Cells:
@@ -70,13 +79,22 @@ class _Cells:
         cells.append(s(r, "plan", lambda: f"{r['modeled_step_ms_n16']:.3f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_hbm_floor_ms']:.3f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_efficiency']:.1%}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_hbm_floor_ms']:.3f}/"
+                                          f"{r['modeled_hbm_sustained_floor_ms']:.3f}/"
+                                          f"{r['modeled_core_floor_ms']:.3f}/"
+                                          f"{r['modeled_latency_floor_ms']:.3f}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_binding_floor']}: "
+                                          f"{r['modeled_binding_efficiency']:.1%}"))
+        cells.append(s(r, "plan", lambda: f"{r['modeled_compute_ms']:.3f}/")
+                     + s(r, "profile", lambda: _core_work(r)))
         cells.append(s(r, "plan", lambda: r.get("mla_form", "-")))
         cells.append(s(r, "plan", lambda: f"{r.get('modeled_state_bytes_per_step', 0) / 1e6:.1f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_sync_step_ms']:.3f} "
                                           f"(x{r['modeled_sync_slowdown']:.2f})"))
         cells.append(s(r, "replay", lambda: f"{r['replay_step_ms']:.4f}/"
                                             f"{r['replay_sync_step_ms']:.4f} "
-                                            f"(x{r['replay_sync_slowdown']:.2f})"))
+                                            f"(x{r['replay_sync_slowdown']:.2f}; "
+                                            f"{r['replay_over_modeled'] - 1:+.0%} vs step)"))
         cells.append(s(r, "aot", lambda: _vmem(r["compiled_vmem_bytes"], _plan_vmem(r)))
                      if "plan_s" in r else s(r, "plan", lambda: ""))
         cells.append(s(r, "aot", lambda: f"{_mib(r['aot_hbm_copy_bytes'])}/"
@@ -116,6 +134,11 @@ def render(records: list[dict], summary: dict) -> str:
         "boundaries), with the cost model's",
         "  rates (bench/replay.py); x = the variant's slowdown. Tiny models only "
         "(the trace runs in the interpreter).",
+        "  The replay serves the DMAs with the cost model's own DMA model (compiler/"
+        "dma_service.py) and charges the cost model's",
+        "  compute on the ring tiles as they land, so '+N% vs step' (replay / modeled "
+        "step) is what the kernel's DMA order",
+        "  and waits add; its stalls by DMA kind are in bench.json (replay_stall_ms_by_kind).",
         "bytes/step: HBM bytes one step of the executed kernel read (trace mode: the kernel "
         "run in the interpreter, tiny",
         "  models only) / the minimum the HBM floor counts (valid weights + KV + vectors), "
@@ -130,6 +153,14 @@ def render(records: list[dict], summary: dict) -> str:
         "  for tiny-moe/4 and qwen3-32b/8, tests/backends/test_aot_multistep.py).",
         "step ms N=16 (modeled): the plan for 16 steps per call (--steps-per-call 16), per "
         "step: the launch paid once per call.",
+        "floors (modeled, compiler/floors.py): HBM bytes per core at nominal and at 3.2 TB/s "
+        "sustained (Inferact), core = MXU",
+        "  weight loads at the calibrated rates (compiler/calibration.json), latency = launch "
+        "share + collective phases; binds: eff. = the largest / modeled step.",
+        "compute ms modeled/libtpu: the cost model's compute side (MXU + overheads) / the "
+        "kernel's critical path in libtpu's static",
+        "  schedule, profiled at two cut depths and scaled per layer (docs/floors.md); DIFFERS "
+        "marks > 15% apart.",
         "check s: interpret-mode check of 2 decode steps vs the plain-JAX reference "
         "(FAIL = disagreed).",
         "MLA form: the multi-head latent attention form the cost model chose (absorbed or "
@@ -141,6 +172,9 @@ def render(records: list[dict], summary: dict) -> str:
         "Timings are wall clock on a shared 2-core CPU machine, noisy: compare ratios within "
         "one run. 'modeled' = cost model, not a measurement.",
     ]
+    from bench.sensitivity import render as sensitivity, render_targets
+
+    out += render_targets(records) + sensitivity(records)
     fallback = [r for r in records if r.get("kernel_overrides")]
     if fallback:
         o = ", ".join(f"{k}={v}" for k, v in fallback[0]["kernel_overrides"].items())

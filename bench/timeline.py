@@ -6,7 +6,8 @@ number it gives is modeled, not measured.
 ``CostReport.timeline`` details the prologue, the first layer of each stack
 and the head, and stands for the other layers of a stack with one span.
 ``expand`` replaces each span with one detailed layer per layer, placed from
-the steady-state phase costs (``CostReport.phases``) the span was summed from,
+the layers the cost model walked one by one (``CostReport.walked``) and then
+its steady-state phase costs (``CostReport.phases``), as the span was summed,
 so the expanded timeline ends where the modeled step ends.
 
 ``synchronised_us`` is the ablation: the same events with every op
@@ -30,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megakernel.compiler.cost import Event
-from megakernel.compiler.cost_timeline import place_events
+from megakernel.compiler.cost_timeline import DmaLane, place_events
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,9 @@ class Expanded:
     end_us: float
 
 
-def _place(costs, t: float, out: list) -> float:
+def _place(costs, t: float, out: list, lane=None) -> float:
     """Append the events of ``costs`` starting at ``t`` us (the cost model's own placement)."""
-    return place_events(costs, t, out)
+    return place_events(costs, t, out, lane)
 
 
 def _is_span(e: Event) -> bool:
@@ -69,13 +70,16 @@ def expand(model, report) -> Expanded:
             s, count = current
             ends.append(e.start_us + shift)        # end of that stack's first layer
             t = e.start_us + shift
-            for _ in range(count - 1):
-                t = _place(steady[s], t, out)
+            lane = DmaLane(max((x.end_us for x in out if x.lane == "dma"), default=t))
+            later = list(report.walked[s]) if report.walked else []
+            for k in range(count - 1):
+                t = _place(later[k] if k < len(later) else steady[s], t, out, lane)
                 ends.append(t)
             shift = t - e.end_us
             continue
         out.append(Event(e.lane, e.label, e.start_us + shift, e.end_us + shift))
-    end = max((e.end_us for e in out), default=0.0)
+    # The step ends with its last op; a DMA bar may run a little past it (cost_timeline.py).
+    end = max((e.end_us for e in out if e.lane != "dma"), default=0.0)
     return Expanded(tuple(out), tuple(ends), end)
 
 

@@ -12,14 +12,16 @@ modeled. Per phase:
 refined by the ring: while the compute side waits (a collective, an expert
 fetch after routing) or outruns nothing (compute-bound phases), the weight
 ring keeps streaming up to its capacity, and later phases find those tiles
-already resident ("credit"). A stack is walked until the carried credit is
-steady, so one layer stands for all of the stack's layers.
+already resident ("credit"). A stack's layers are walked one by one until
+the carried credit is steady; the steady layer then stands for the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from megakernel.compiler import dma_service
 from megakernel.compiler.layout import itemsize
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectivePlan
@@ -89,6 +91,9 @@ class CostReport:
     launch_ms: float = 0.0      # per call (kernel launch, first DMA latency)
     copy_bytes: int = 0         # per call: XLA's copies around the kernel (compiler/xla_copies.py)
     copy_ms: float = 0.0        # per call: their time (read and written at the DMA bandwidth)
+    # Per stack, layers 2.. walked one by one before the credit settled (each a
+    # tuple of PhaseCost); the stack's remaining layers cost its steady layer.
+    walked: tuple = ()
 
 
 def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
@@ -97,7 +102,7 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
     c = target.constants
     rate = target.bf16_flops / (c.f32_matmul_slowdown if model.dtype.value == "float32" else 1)
     rows_eff = max(memory.rows_padded, c.mxu_push_rows)
-    ring = memory.stream.num_banks
+    ring = dma_service.ring_in_flight(memory.stream.num_banks)
     item = itemsize(model.dtype)
     ar = {s.name: s for s in collectives.sites}
     seconds = {s.name: s.seconds for s in collectives.specs}
@@ -119,7 +124,8 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
             rb, n_tiles = (mine.nbytes, mine.count) if mine else (0, 0)
             other = vec if i == 0 else 0
             ph = dict(ring_bytes=rb, other_bytes=other, floor_bytes=rb + other,
-                      flops=2.0 * rows_eff * (mine.elements if mine else 0),
+                      flops=2.0 * rows_eff * (mine.elements + (c.dequant_slowdown - 1.0)
+                                              * mine.dequantized if mine else 0),
                       tiles=n_tiles, outstanding=ring,
                       overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
             cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
@@ -158,7 +164,7 @@ class _NodeCost:
     target: Target
     request: PlanRequest
     rows_eff: float      # LHS rows the MXU charges for (weight-push bound)
-    ring: int            # ring depth: DMAs the weight stream keeps in flight
+    ring: int            # DMAs the weight stream keeps in flight (dma_service.ring_in_flight)
 
 
 # One rule per op kind: (ctx, node, phase fields of its ring tiles) -> phase fields.
@@ -195,23 +201,23 @@ def _moe_cost(cx: _NodeCost, node, ph: dict) -> dict:
     bw = _bw(cx.target, cx.ring + e.slots)
     return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,
                 floor_bytes=ph["floor_bytes"] + e.bytes_per_layer,
-                flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk,
+                flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk
+                * (1.0 if e.format == "plain" else c.dequant_slowdown),
                 outstanding=cx.ring + e.slots,
                 overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
                 stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")
 
 
 def _bw(target: Target, outstanding: int) -> float:
-    c = target.constants
-    return target.hbm_bw * c.hbm_efficiency * min(1.0, outstanding * c.hbm_share_per_dma)
+    return dma_service.bandwidth(target, target.constants, outstanding)
 
 
-def _walk(phases, credit: float, cap: float, target: Target, rate: float):
+def _walk(phases, credit: float, cap: float, bw_of, rate: float):
     """Times of ``phases`` in order, carrying ring credit (seconds of ring
     streaming already done ahead). Returns (costs, credit after)."""
     costs = []
     for ph in phases:
-        bw = _bw(target, ph.outstanding)
+        bw = bw_of(ph.outstanding)
         credit = min(cap, credit + ph.stall_s)        # the ring streams while we wait
         ring_t, other_t = ph.ring_bytes / bw, ph.other_bytes / bw
         used = min(credit, ring_t)
@@ -240,47 +246,79 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     stream = memory.stream
     n_tiles = sum(s.per_layer for s in stream.stacks) + len(stream.head)
     avg_tile = (sum(s.bytes_per_layer for s in stream.stacks) + stream.head_bytes) / max(n_tiles, 1)
-    cap = stream.num_banks * min(avg_tile, stream.bank_bytes) / _bw(target, stream.num_banks)
-    launch_costs, credit = _walk(launch, 0.0, cap, target, rate)
+    in_flight = dma_service.ring_in_flight(stream.num_banks)
+    tile = min(avg_tile, stream.bank_bytes)
+
+    def bw_of(outstanding):               # ring-sized DMAs: their latency counts
+        return dma_service.bandwidth(target, target.constants, outstanding, tile)
+
+    cap = stream.num_banks * tile / bw_of(in_flight)
+    # Nothing streams during the launch, and the call's first DMAs (embedding
+    # gather and the ring's first tiles, issued together) pay the one latency
+    # the prologue charges: the first step starts with no ring credit, and its
+    # embedding waits no second latency (a later step's gather does).
+    launch_costs, _ = _walk(launch, 0.0, cap, bw_of, rate)
     launch_s = sum(p.time_s for p in launch_costs)
     # Per call, outside the kernel: XLA's copies around it, each read and written.
     copied = copy_bytes(memory, shard.cores)
     copies_s = 2 * copied / _bw(target, memory.stream.num_banks)
-    first = _walk_step(pre, stacks, head, credit, cap, target, rate)
+    opening = [dataclasses.replace(p, stall_s=0.0) if p.name == "embed" else p for p in pre]
+    latency = target.constants.dma_latency_s
+    first = _walk_step(opening, stacks, head, 0.0, cap, bw_of, rate, latency)
     call_s = launch_s + copies_s + first[0]
     if request.steps > 1:
-        call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[-1], cap, target,
-                                                   rate)[0]
-    total, costs, first_layers, steady_costs, tail, _ = first
+        call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[5], cap, bw_of,
+                                                   rate, latency)[0]
+    total, costs, first_layers, steady_costs, tail, _, walked = first
     every = pre + [p for s in stacks for p in s] + head
     hbm = sum((p.ring_bytes + p.other_bytes) * p.per_step for p in every)
     floor_bytes = sum(p.floor_bytes * p.per_step for p in every)
     floor_s = floor_bytes / target.hbm_bw
     step_s = call_s / request.steps
     costs = launch_costs + costs
-    events = make_timeline(costs, first_layers, steady_costs, tail, model) if timeline else ()
+    events = make_timeline(costs, first_layers, walked, steady_costs, tail,
+                           model) if timeline else ()
     return CostReport(LABEL, step_s * 1e3, request.tokens / step_s, floor_s * 1e3,
                       floor_s / step_s, hbm, floor_bytes, tuple(costs + steady_costs + tail),
-                      events, request.steps, call_s * 1e3, launch_s * 1e3, copied,
-                      copies_s * 1e3)
+                      events, request.steps, call_s * 1e3, launch_s * 1e3,
+                      copy_bytes=copied, copy_ms=copies_s * 1e3, walked=walked)
 
 
-def _walk_step(pre, stacks, head, credit, cap, target, rate):
+def _walk_step(pre, stacks, head, credit, cap, bw_of, rate, latency):
     """One step from ring credit ``credit`` -> (seconds, embed costs, first
-    layer of each stack, steady layers, head costs, credit after the head)."""
-    costs, credit = _walk(pre, credit, cap, target, rate)
+    layer of each stack, steady layers, head costs, credit after the head,
+    per stack the layers walked after the first)."""
+    costs, credit = _walk(pre, credit, cap, bw_of, rate)
     first_layers, total = [], sum(p.time_s for p in costs)
-    steady_costs = []
+    steady_costs, walked = [], []
     for phases in stacks:
-        first, credit = _walk(phases, credit, cap, target, rate)
-        steady, carry = first, credit
-        for _ in range(3):
-            steady, carry = _walk(phases, carry, cap, target, rate)
+        # The first layer's per-layer vectors are fetched as it starts (later
+        # layers' while the one before runs): their latency is exposed once.
+        opening = [dataclasses.replace(p, stall_s=p.stall_s + latency) if i == 0 and
+                   p.other_bytes else p for i, p in enumerate(phases)]
+        first, credit = _walk(opening, credit, cap, bw_of, rate)
         count = phases[0].per_step
-        total += sum(p.time_s for p in first) + (count - 1) * sum(p.time_s for p in steady)
+        total += sum(p.time_s for p in first)
+        # Walk the later layers one by one until the carried credit is steady (a
+        # layer may drain credit the prologue left, a little per layer: charging
+        # an undrained layer for all of them would model bandwidth that is not
+        # there), then charge the steady layer for the rest.
+        steady, carry, left, mine = first, credit, count - 1, []
+        while left > 0:
+            layer, after = _walk(phases, carry, cap, bw_of, rate)
+            mine.append(tuple(layer))
+            total += sum(p.time_s for p in layer)
+            left -= 1
+            settled = abs(after - carry) <= 1e-12
+            steady, carry = layer, after
+            if settled:
+                break
+        total += left * sum(p.time_s for p in steady)
         if count > 1:
             credit = carry
         first_layers.append(first)
         steady_costs += steady
-    tail, credit = _walk(head, credit, cap, target, rate)
-    return total + sum(p.time_s for p in tail), costs, first_layers, steady_costs, tail, credit
+        walked.append(tuple(mine))
+    tail, credit = _walk(head, credit, cap, bw_of, rate)
+    return (total + sum(p.time_s for p in tail), costs, first_layers, steady_costs, tail, credit,
+            tuple(walked))

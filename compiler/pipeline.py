@@ -8,6 +8,8 @@
     memory      plan_memory.plan_memory        every buffer: space, shape, size, lifetime
     schedule    schedule_collectives.schedule_collectives   sites, parity, overlapped tiles
     cost        cost.estimate                  modeled step time, floor, efficiency
+    steps       choose_steps.choose            (steps="auto") N steps per call: the
+                                               stages above at N = 1, then at N
 
 For MoE models the shard stage is run once per legal expert-parallel degree
 (unless overridden) and the plan with the lowest modeled step time is kept.
@@ -16,6 +18,7 @@ Code generation (emit -> load -> check) follows in the backends.
 
 from __future__ import annotations
 
+from megakernel.compiler import choose_steps
 from megakernel.compiler.choose_geometry import choose_geometry
 from megakernel.compiler.cost import estimate
 from megakernel.compiler.plan import Plan
@@ -27,22 +30,30 @@ from megakernel.errors import PlanningError
 from megakernel.ir import sizes
 from megakernel.ir.graph import Model
 
-STAGES = ("request", "target", "shard", "algorithms", "geometry", "memory", "schedule", "cost")
+STAGES = ("request", "target", "shard", "algorithms", "geometry", "memory", "schedule", "cost",
+          "steps")
 
 
 def plan_model(model: Model, *, target: "Target | str | None" = None, devices: int = 1,
                batch: int = 1, tokens: int = 1, context: int | None = None,
-               overrides=None, steps: int = 1) -> Plan:
+               overrides=None, steps: "int | str" = 1) -> Plan:
     """Plan one kernel call of ``model`` on ``devices`` TensorCores of ``target``
     (a Target, a chip name, or None for TPU7x): ``steps`` greedy decode steps
-    (``steps_per_call``; 1 = one step per call)."""
+    (``steps_per_call``; 1 = one step per call; "auto": the planner's choice,
+    compiler/choose_steps.py)."""
+    if steps == choose_steps.AUTO:
+        return choose_steps.choose(
+            lambda n: plan_model(model, target=target, devices=devices, batch=batch,
+                                 tokens=tokens, context=context, overrides=overrides, steps=n),
+            context=context)
     request = make_request(model, devices=devices, batch=batch, tokens=tokens,
                            context=context, overrides=overrides, steps=steps)
     target = _target(target, devices)
     # Weights and caches that cannot fit these cores even split evenly are
     # refused from the numbers, before any tile is enumerated.
-    sizes.check_fits(sizes.of_model(model), cores=request.devices, hbm_per_core=target.hbm_bytes,
-                     chip=target.chip, batch=request.batch, path="plan.hbm", error=PlanningError)
+    sizes.check_fits(sizes.of_model(model, formatted=True), cores=request.devices,
+                     hbm_per_core=target.hbm_bytes, chip=target.chip, batch=request.batch,
+                     path="plan.hbm", error=PlanningError)
     options = _expert_parallel_options(model, request)
     # Several MoE splits: compare them with a one-round geometry search, then
     # refine the winner with the full search.
@@ -74,7 +85,7 @@ def plan_model(model: Model, *, target: "Target | str | None" = None, devices: i
 def _plan_one(model: Model, target: Target, request, ep, *, rounds: int, cache: dict) -> Plan:
     """The stages after ``target`` for one expert-parallel degree."""
     shard = shard_model(model, request.devices, moe_parallel=ep, embed=request.overrides.embed)
-    specs = collective_specs(shard, request, target, model.hidden_size)
+    specs = collective_specs(shard, request, target, model.hidden_size, model.dtype.value)
     geometry, memory = choose_geometry(model, shard, target, request, specs, rounds=rounds,
                                        cache=cache)
     collectives = schedule_collectives(shard, memory, specs)

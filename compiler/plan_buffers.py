@@ -128,10 +128,12 @@ def _moe(cx: OpCtx, node) -> OpLayout:
         num_experts=op.num_experts, experts_local=local, inter_local=width, top_k=op.top_k,
         scoring=op.scoring.value, correction_bias=op.correction_bias,
         renormalize=op.renormalize, routed_scaling=op.routed_scaling,
-        activation=op.activation.value, slots=es.slots, dtype=es.dtype, chunk=es.chunk,
+        activation=op.activation.value, slots=es.slots,
+        dtype=es.dtype if es.format == "plain" else cx.model.dtype.value, chunk=es.chunk,
         router_logit_bias=op.router_logit_bias, expert_bias=op.expert_bias,
         swiglu_limit=op.swiglu_limit, swiglu_alpha=op.swiglu_alpha,
-        n_group=op.n_group, topk_group=op.topk_group)
+        n_group=op.n_group, topk_group=op.topk_group,
+        fmt="" if es.format == "plain" else es.format)
     return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS, moe.value_bytes(g, cx.ss, node))
 
 

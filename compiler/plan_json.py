@@ -24,6 +24,9 @@ GEOMETRIES: Registry = Registry("geometry record", "compiler/plan_buffers.py",
                                 per_op_kind=False)
 
 
+OMIT_DEFAULT = "omit_default"
+
+
 def encode(value):
     from megakernel.ir.graph import Model
     from megakernel.ir.serialize import model_to_dict
@@ -31,7 +34,10 @@ def encode(value):
     if isinstance(value, Model):
         return model_to_dict(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # A field added with OMIT_DEFAULT is left out at its default, so plans
+        # that do not use it keep their JSON, and their digest, as before.
+        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (f.metadata.get(OMIT_DEFAULT) and getattr(value, f.name) == f.default)}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, (tuple, list)):

@@ -264,7 +264,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
         table.add(sized(f"ring.aux{i}", Space.VMEM, Kind.WEIGHT_RING, ring.aux_shape(i),
                         ring.dtype, 0, last, "ring of one unaligned tile shape"))
     table.add(sized("ring.sems", Space.SEMAPHORE, Kind.SEMAPHORES,
-                    (g.num_banks, ring.max_pieces), "dma_semaphore", 0, last,
+                    (g.num_banks, ring.sems_per_bank), "dma_semaphore", 0, last,
                     "[bank, piece]: each piece of a folded tile waited for on its own"))
     # A DMA along the tiled row axis must start on a tile: each token's row
     # arrives inside its aligned block of `sublanes` rows (of words, when the

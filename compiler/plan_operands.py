@@ -69,7 +69,8 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
         for p in ss.params:
             shape = (ss.count, 1, *p.shape) if p.channel == "vector" else (ss.count, *p.shape)
             add(f"hbm.s{ss.stack}.{p.name}", Space.HBM, Kind.HBM_WEIGHTS, shape, p.dtype, p.name,
-                True, p.channel, ss.stack, f"{p.channel}; {p.role}", words=p.channel == "ring")
+                True, p.channel, ss.stack, f"{p.channel}; {p.role}",
+                words=p.channel == "ring" or p.format != "plain")
     for st, ss in zip(model.stacks, shard.stacks):
         for n in st.layer.nodes:
             tables = CONSTANTS(n.op.kind, f"layers[{ss.stack}].{n.name}")(n.op)

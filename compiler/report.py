@@ -9,8 +9,10 @@ space, shape, size and lifetime.
 
 from __future__ import annotations
 
+from megakernel import dtypes
 from megakernel.compiler.buffers import Space
 from megakernel.compiler.cost import LABEL
+from megakernel.compiler.floors import floors
 from megakernel.compiler.layout import itemsize, mib, padded_shape
 from megakernel.compiler.plan import Plan
 
@@ -32,6 +34,17 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
 
 
+def _steps_rule(plan: Plan) -> list[str]:
+    """What ``--steps-per-call auto`` would choose for this request (a plan made
+    with auto says it under Choices instead)."""
+    from megakernel.compiler.choose_steps import recommend
+
+    if any(k == "steps_per_call" for k, _ in plan.choices):
+        return []
+    return [f"steps per call requested; --steps-per-call auto would choose: "
+            f"{recommend(plan).describe()}"]
+
+
 def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
     c, m, t, r = plan.cost, plan.memory, plan.target, plan.request
     labels = [p.label for p in m.points]
@@ -43,10 +56,12 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         f"{c.steps_per_call} times)",
         f"XLA copies around the call: {_size(c.copy_bytes)} per core per call (modeled, "
         "compiler/xla_copies.py; `megakernel aot` lists the compiler's)",
+        *_steps_rule(plan),
         f"modeled tokens/s per user: {c.tokens_per_s_per_user:,.1f}",
         f"HBM floor: {c.floor_ms:.3f} ms ({c.floor_bytes_per_core / 1e9:.3f} GB read per core "
         f"at {t.hbm_bw / 1e12:.2f} TB/s)",
         f"modeled efficiency (floor / modeled): {c.efficiency:.1%}",
+        *floors(plan).lines(),
     ]))
     out.append(("Choices", [f"{k}: {v}" for k, v in plan.choices]))
     shard_lines = []
@@ -84,6 +99,8 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         shard_lines.append("VMEM tile layout pads (no HBM padding): " + "; ".join(
             f"{n} {s} -> {q}" for n, s, q in tiled[:8]) + (" ..." if len(tiled) > 8 else ""))
     out.append(("Sharding", shard_lines))
+    if plan.model.quantize.chosen():
+        out.append(("Weight formats (bytes streamed per step per core)", _format_lines(plan, md)))
     vm = m.vmem_total
     peak = max(m.live_vmem(p.index) for p in m.points)
     g = m.geometry
@@ -148,6 +165,36 @@ def _state_lines(plan: Plan, md: bool) -> list[str]:
                    "HBM bytes/step (read+write)"], rows, md) + [
         f"total per step per core: {_size(total)} ({total:,} bytes; every layer's state is "
         "read into VMEM one repetition ahead and written back behind)"]
+
+
+def _format_lines(plan: Plan, md: bool) -> list[str]:
+    """Per format: the ring's bytes of one step per core, codes and scales
+    apart, against the same weights in the model dtype."""
+    stream, item = plan.memory.stream, itemsize(plan.model.dtype)
+    rows: dict[str, list[int]] = {}
+    tiles = [(st.count, t) for st in stream.stacks for t in st.tiles]
+    tiles += [(1, t) for t in stream.head]
+    for count, t in tiles:          # a quantized tile's bytes include its scales'
+        row = rows.setdefault(t.format, [0, 0, 0])
+        codes = t.elements * dtypes.of(t.dtype).bits // 8
+        row[0] += count * codes
+        row[1] += count * (t.nbytes - codes)
+        row[2] += count * t.elements * item
+    total = sum(r[0] + r[1] for r in rows.values())
+    body = [(fmt, _size(c), _size(sc), _size(c + sc), _size(plain), f"{(c + sc) / plain:.2f}")
+            for fmt, (c, sc, plain) in sorted(rows.items())]
+    lines = _table(["format", "codes", "scales", "streamed", f"as {plan.model.dtype.value}",
+                    "ratio"], body, md) + [
+        f"weight ring per step per core: {_size(total)} ({total:,} bytes; every byte the "
+        "kernel's ring DMAs move, equal to trace mode's)"]
+    count = {st.stack: st.count for st in stream.stacks}
+    for e in plan.memory.experts:
+        worst = count[e.stack] * e.bytes_per_layer
+        plain = count[e.stack] * e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * item
+        lines.append(f"stack {e.stack} {e.node} routed experts ({e.format}): at most "
+                     f"{_size(worst)} per step per core (codes and scales), "
+                     f"{_size(plain)} as {plan.model.dtype.value}")
+    return lines
 
 
 def _header(plan: Plan) -> str:

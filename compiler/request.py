@@ -133,20 +133,21 @@ def make_request(model: Model, *, devices: int, batch: int = 1, tokens: int = 1,
     return PlanRequest(devices, batch, tokens, context, Overrides.parse(overrides), steps)
 
 
-# State-owning op kinds whose kernel library runs inside a multi-step call: it
-# reads the step's positions and leaves a stopped sequence's state alone
-# (``stopped=``, backends/pallas_tpu/steps.py). A kind joins when its library does.
-STEPPED_STATE_KINDS = frozenset({"attention"})
-
-
 def _check_stepped_state(model: Model, steps: int) -> None:
+    """Every state-owning op's kind must carry its state across the steps of a
+    call: its kernel library says so in ``STEPPING`` (a kind without a rule
+    there is a MissingRuleError naming it)."""
+    from megakernel.backends.pallas_tpu.steps import STEPPING
+
     for st in model.stacks:
         for node in st.layer.nodes:
-            owns_state = bool(node.op.state(1, model.max_seq_len, model.dtype))
-            if owns_state and node.op.kind not in STEPPED_STATE_KINDS:
+            if not node.op.state(1, model.max_seq_len, model.dtype):
+                continue
+            rule = STEPPING(node.op.kind, f"{st.layer.kind}.{node.name}")
+            if not rule.carries:
                 raise PlanningError(
                     f"steps_per_call={steps}: op kind {node.op.kind!r} "
                     f"({st.layer.kind}.{node.name}) keeps state that its kernel library does "
-                    "not yet carry across steps inside one call",
+                    f"not carry across the steps of one call: {rule.how}",
                     path="request.steps_per_call",
                     hint="use --steps-per-call 1 for this model")

@@ -54,8 +54,9 @@ class RingLayout:
     bank_rows: int                       # in 32-bit words
     bank_cols: int
     aux: tuple[tuple[int, int], ...]     # (word rows, cols) of each auxiliary ring
-    max_pieces: int                      # most pieces of one tile: semaphores per bank
+    max_pieces: int                      # most column pieces of one tile
     dtype: str = WORD
+    scales: bool = False                 # quantized tiles: one more DMA, their scales
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -69,6 +70,15 @@ class RingLayout:
         return padded_bytes(self.shape, WORD) + sum(
             padded_bytes(self.aux_shape(i), WORD) for i in range(len(self.aux)))
 
+    @property
+    def sems_per_bank(self) -> int:
+        """A semaphore per column piece, and one for a quantized tile's scales."""
+        return self.max_pieces + int(self.scales)
+
+    def scale_bank(self, tile) -> int:
+        """Auxiliary ring (1-based, as ``bank_of``) of a quantized tile's scales."""
+        return 1 + self.aux.index(tile.scale_view)
+
     def pieces(self, tile) -> int:
         """Column pieces a tile is folded into (each its own DMA and semaphore)."""
         return 1 if self.bank_of(tile) else -(-tile.words[1] // self.bank_cols)
@@ -81,9 +91,10 @@ class RingLayout:
 def ring_layout(stream) -> RingLayout:
     # One tile of each shape: a layer's tiles repeat shapes, the head's all but one.
     every = [t for st in stream.stacks for t in st.tiles] + list(stream.head)
-    tiles = list({(t.rows, t.cols, t.dtype): t for t in every}.values())
+    tiles = list({(t.rows, t.cols, t.dtype, t.format): t for t in every}.values())
     main = [t for t in tiles if aligned(t)] or tiles
     rows, cols = _bank_rows_cols({t.words for t in main})
-    aux = tuple(dict.fromkeys(_aux_shape(t) for t in tiles if not aligned(t)))
-    layout = RingLayout(stream.num_banks, rows, cols, aux, 1)
+    scale_views = [t.scale_view for t in tiles if t.scale_view]
+    aux = tuple(dict.fromkeys([_aux_shape(t) for t in tiles if not aligned(t)] + scale_views))
+    layout = RingLayout(stream.num_banks, rows, cols, aux, 1, scales=bool(scale_views))
     return dataclasses.replace(layout, max_pieces=max(layout.pieces(t) for t in tiles))

@@ -5,9 +5,11 @@ algorithm by modeled time and lists the buffers and semaphores it needs.
 After ``schedule_collectives``: every all-reduce site sits at a program point
 strictly between its producer and its consumer; every site names its slots,
 semaphores and parity; the weight-ring tiles in flight while it runs are
-recorded. Sums run in rank order 0..N-1 on every core (one-shot: each core sums
-all N slots; reduce-scatter: core c sums chunk c, then broadcasts it), so all
-cores hold bit-identical f32 results. Slots are double-buffered by the parity
+recorded. Only the valid rows (batch x tokens) travel, in the wire dtype (the
+model's activation dtype: bf16 for bf16 models); the payload the algorithm is
+chosen on is those bytes. Sums run in f32 in rank order 0..N-1 on every core
+(one-shot: each core sums all N slots; reduce-scatter: core c sums chunk c,
+then broadcasts it in the wire dtype), so all cores hold bit-identical results. Slots are double-buffered by the parity
 of the collective's sequence number, so the layer loop needs no barrier: a
 peer cannot start collective n+2 before this core has finished n.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Buffer, Kind, Space
-from megakernel.compiler.layout import LANES, padded_bytes, round_up
+from megakernel.compiler.layout import LANES, itemsize, padded_bytes, round_up
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
@@ -78,6 +80,12 @@ class CollectivePlan:
     def per_layer(self, stack: int) -> tuple[Collective, ...]:
         return tuple(s for s in self.sites if s.stack == stack)
 
+    def remote_bytes(self, cores: int) -> int:
+        """Bytes one core sends to its peers in one step (every site, every
+        phase, N-1 peers): what a trace of the executed kernel must show."""
+        return sum(site.per_step * self.spec(site.spec).phases * (cores - 1)
+                   * self.spec(site.spec).bytes_per_peer for site in self.sites)
+
 
 def phase_seconds(bytes_per_peer: int, target: Target) -> float:
     """Modeled time of one exchange phase: every core sends ``bytes_per_peer``
@@ -96,32 +104,28 @@ def _sems(prefix: str, shape: tuple[int, ...], note: str) -> tuple[Buffer, ...]:
                         "dma_semaphore", 0, note=note) for part in ("send", "recv"))
 
 
-def _allreduce(rows_p: int, hidden: int, target: Target, forced: str | None) -> CollectiveSpec:
-    n = target.cores
-    payload = (rows_p, hidden)
-    nbytes = rows_p * hidden * 4
+def _allreduce(rows: int, hidden: int, wire: str, target: Target,
+               forced: str | None) -> CollectiveSpec:
+    n, item = target.cores, itemsize(wire)
+    payload = (rows, hidden)
+    nbytes = rows * hidden * item
     chunk = hidden // n
     options = {"one_shot": (1, nbytes)}
     if hidden % (n * LANES) == 0:          # reduce-scatter chunks must be whole lane groups
-        options["rs_ag"] = (2, rows_p * chunk * 4)
+        options["rs_ag"] = (2, rows * chunk * item)
     if forced is not None and forced in options:
         algo = forced
     else:
         algo = min(options, key=lambda a: options[a][0] * phase_seconds(options[a][1], target))
     phases, per_peer = options[algo]
     if algo == "one_shot":
-        bufs = (Buffer("allreduce.slots", Space.VMEM, Kind.COLLECTIVE, (2, n, rows_p, hidden),
-                       "float32", padded_bytes((2, n, rows_p, hidden), "float32"),
-                       note="[parity, sender] partials; own slot written locally"),)
+        bufs = (_slots("allreduce.slots", (2, n, rows, hidden), wire,
+                       "[parity, sender] valid rows of the partials; own slot written locally"),)
         bufs += _sems("allreduce", (2, n), "[parity, peer]")
     else:
-        stage = (2, rows_p, hidden)
-        bufs = (Buffer("allreduce.stage", Space.VMEM, Kind.COLLECTIVE, stage, "float32",
-                       padded_bytes(stage, "float32"),
-                       note="[parity] the partial, while its chunks are sent"),)
-        shape = (2, n, rows_p, chunk)
-        bufs += tuple(Buffer(f"allreduce.{ph}_slots", Space.VMEM, Kind.COLLECTIVE, shape,
-                             "float32", padded_bytes(shape, "float32"), note=note)
+        bufs = (_slots("allreduce.stage", (2, rows, hidden), wire,
+                       "[parity] the partial's valid rows, while its chunks are sent"),)
+        bufs += tuple(_slots(f"allreduce.{ph}_slots", (2, n, rows, chunk), wire, note)
                       for ph, note in (("rs", "[parity, sender] chunk c partials"),
                                        ("ag", "[parity, owner] reduced chunks")))
         bufs += _sems("allreduce", (2, 2, n), "[parity, phase, peer]")
@@ -129,24 +133,28 @@ def _allreduce(rows_p: int, hidden: int, target: Target, forced: str | None) -> 
                           phases * phase_seconds(per_peer, target), bufs)
 
 
+def _slots(name: str, shape: tuple[int, ...], dtype: str, note: str) -> Buffer:
+    return Buffer(name, Space.VMEM, Kind.COLLECTIVE, shape, dtype, padded_bytes(shape, dtype),
+                  note=note)
+
+
 def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
-                     hidden: int) -> tuple[CollectiveSpec, ...]:
-    """Algorithms and buffers of every collective the step needs (none on 1 core)."""
+                     hidden: int, dtype: str) -> tuple[CollectiveSpec, ...]:
+    """Algorithms and buffers of every collective the step needs (none on 1
+    core), sized on the valid rows; ``dtype`` is the model's activation dtype."""
     n = target.cores
     if n == 1:
         return ()
-    rows_p = round_up(request.rows, 8)
-    specs = [_allreduce(rows_p, hidden, target, request.overrides.allreduce)]
+    rows, rows_p = request.rows, round_up(request.rows, 8)
+    specs = [_allreduce(rows, hidden, dtype, target, request.overrides.allreduce)]
     if request.overrides.logits == "argmax":
-        shape = (n, rows_p, LANES)
-        bufs = (Buffer("argmax.values", Space.VMEM, Kind.COLLECTIVE, shape, "float32",
-                       padded_bytes(shape, "float32"), note="[sender] per-row local max"),
-                Buffer("argmax.indices", Space.VMEM, Kind.COLLECTIVE, shape, "int32",
-                       padded_bytes(shape, "int32"), note="[sender] per-row global argmax"))
-        per_peer = 2 * rows_p * LANES * 4
+        shape = (n, rows, LANES)
+        bufs = (_slots("argmax.values", shape, "float32", "[sender] per-row local max"),
+                _slots("argmax.indices", shape, "int32", "[sender] per-row global argmax"))
+        per_peer = 2 * rows * LANES * 4
         sems = Buffer("argmax.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (2, 2, n),
                       "dma_semaphore", 0, note="[send|recv, values|indices, peer]")
-        specs.append(CollectiveSpec("argmax", "argmax", "exchange", (rows_p, 2), rows_p * 8, 1,
+        specs.append(CollectiveSpec("argmax", "argmax", "exchange", (rows, 2), rows * 8, 1,
                                     per_peer, phase_seconds(per_peer, target), bufs + (sems,)))
     else:
         shape = (n, rows_p, shard.vocab_local)

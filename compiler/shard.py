@@ -18,15 +18,19 @@ embedding and LM head are vocabulary-sharded.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from megakernel.compiler.layout import LANES, dtype_name, itemsize, round_up
+from megakernel.compiler.shard_formats import check_globals, format_params
 from megakernel.compiler.shard_rules import ParamShard, Reduction, Split, StateShard, layer_rules
-from megakernel.errors import ShardingError, error_context
+from megakernel.errors import IRError, PlanningError, ShardingError, error_context
+from megakernel.quantize import Packed
 from megakernel.ir.graph import Model, body_global_name, body_local_name
+from megakernel.ir.weight_kinds import layer_formats
 
 __all__ = ["Split", "ParamShard", "StateShard", "StackShard", "ShardPlan", "Reduction", "shard_model",
            "moe_degrees", "legal_core_counts", "shard_weights", "gather_weights"]
@@ -148,8 +152,10 @@ def legal_core_counts(model: Model) -> list[int]:
     def fits(cores: int) -> bool:
         try:
             for st in model.stacks:
-                layer_rules(st.layer, model.dtype, cores, 1)
-        except ShardingError:
+                params = layer_rules(st.layer, model.dtype, cores, 1)[0]
+                # quantized weights: a core's rows must hold whole scale groups
+                format_params(params, layer_formats(model.quantize, st.layer), "shard")
+        except (ShardingError, PlanningError, IRError):
             return False
         return True
 
@@ -177,8 +183,11 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
                 raise
             raise ShardingError(err.message, path=err.path,
                                 hint=f"use devices in {legal_core_counts(model)}") from None
+        params = format_params(params, layer_formats(model.quantize, st.layer),
+                               f"shard.layers.{st.start}")
         stacks.append(StackShard(i, st.start, st.count, st.period, params, widths, reductions,
                                  heads, experts, states))
+    check_globals(model.quantize)
     v, h, dt = model.vocab_size, model.hidden_size, dtype_name(model.dtype)
     stride = -(-v // cores)
     local = round_up(stride, LANES)
@@ -195,6 +204,8 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
 
 
 def _cut(full: np.ndarray, p: ParamShard, core: int) -> np.ndarray:
+    if isinstance(full, Packed):       # a quantized weight: codes and scales alike
+        return full.cut(p.source(core), p.shape, f"shard.{p.name}")
     part = full[p.source(core)]
     pads = [(0, want - have) for want, have in zip(p.shape, part.shape)]
     return np.pad(part, pads) if any(hi for _, hi in pads) else np.ascontiguousarray(part)
@@ -205,12 +216,16 @@ def shard_weights(model: Model, plan: ShardPlan,
     """Per-core weights: ``out[c][name]`` has shape ``plan.param(name).shape``."""
     out: list[dict[str, np.ndarray]] = [{} for _ in range(plan.cores)]
     for name, p in plan.full_names():
+        if p.scale_of:           # cut with its weight (a quantize.Packed) below
+            continue
         full = weights[name]
         if tuple(full.shape) != p.full_shape:
             raise ShardingError(f"weight has shape {tuple(full.shape)}, expected "
                                 f"{p.full_shape}", path=f"shard.{name}")
         for core in range(plan.cores):
             out[core][name] = _cut(full, p, core)
+            if isinstance(full, Packed):
+                out[core][name + "_scale"] = out[core][name].scales
     return out
 
 
@@ -220,14 +235,27 @@ def gather_weights(model: Model, plan: ShardPlan,
     valid (unpadded) regions; replicated copies must agree."""
     out = {}
     for name, p in plan.full_names():
-        full = np.zeros(p.full_shape, per_core[0][name].dtype)
-        seen = np.zeros(p.full_shape, bool)
-        for core in range(plan.cores):
-            region = p.source(core)
-            piece = per_core[core][name][tuple(slice(0, r.stop - r.start) for r in region)]
-            if seen[region].any() and not np.array_equal(full[region], piece):
-                raise ShardingError("replicated copies differ between cores",
-                                    path=f"shard.{name}")
-            full[region], seen[region] = piece, True
-        out[name] = full
+        if isinstance(per_core[0][name], Packed):      # codes; scales from their shard
+            codes = _gather(p, [c[name].codes for c in per_core], name)
+            scales = _gather(plan.param(name + "_scale"), [c[name].scales for c in per_core],
+                             name + "_scale")
+            out[name] = dataclasses.replace(per_core[0][name], codes=codes, scales=scales)
+            continue
+        if p.scale_of:
+            continue
+        out[name] = _gather(p, [c[name] for c in per_core], name)
     return out
+
+
+def _gather(p, pieces: list[np.ndarray], name: str) -> np.ndarray:
+    """One weight rebuilt from every core's piece (its valid region); the
+    copies several cores hold must agree."""
+    full = np.zeros(p.full_shape, pieces[0].dtype)
+    seen = np.zeros(p.full_shape, bool)
+    for core, mine in enumerate(pieces):
+        region = p.source(core)
+        piece = mine[tuple(slice(0, r.stop - r.start) for r in region)]
+        if seen[region].any() and not np.array_equal(full[region], piece):
+            raise ShardingError("replicated copies differ between cores", path=f"shard.{name}")
+        full[region], seen[region] = piece, True
+    return full

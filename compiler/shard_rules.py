@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.compiler.layout import LANES, dtype_name, itemsize, padded_bytes, round_up
 from megakernel.errors import ShardingError, error_context
 from megakernel.ir.graph import Layer, OpNode
@@ -60,6 +61,11 @@ class ParamShard:
     splits: tuple[Split, ...]
     channel: str
     role: str
+    # megakernel/formats.py: "plain", or a quantized format (``dtype`` is then
+    # its code dtype); ``scale_of`` names the weight a scale companion serves
+    # (compiler/shard_formats.py).
+    format: str = field(default="plain", metadata={OMIT_DEFAULT: True})
+    scale_of: str = field(default="", metadata={OMIT_DEFAULT: True})
 
     @property
     def shape(self) -> tuple[int, ...]:

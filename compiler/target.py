@@ -36,8 +36,9 @@ _INFERACT = "Inferact/tpu-megakernels README, their TPU7x measurements (platform
 # anyone yet: a calibration run on hardware should replace it.
 COST_TABLE: dict[str, Constant] = {
     "dma_latency_s": Constant(
-        1.0e-6, "s", "assumed: first-byte latency of one HBM->VMEM DMA; exposed only "
-        "where nothing else can run (step start, expert fetch after routing)"),
+        1.0e-6, "s", "assumed: first-byte latency of one HBM->VMEM DMA; every DMA "
+        "spends it not moving (compiler/dma_service.py), exposed where nothing else "
+        "can run (call start, first layer's vectors, expert fetch after routing)"),
     "tile_overhead_s": Constant(
         0.10e-6, "s", "assumed: scalar-core work per streamed tile (semaphore wait, "
         "next descriptor issue, loop bookkeeping) on the compute path"),
@@ -76,7 +77,31 @@ COST_TABLE: dict[str, Constant] = {
         4.5e12, "op/s", "assumed: 2 vector ALU slots x 8 sublanes x 128 lanes of f32 per "
         "cycle at 2.203 GHz (the clock of platform-facts.md); charges elementwise work "
         "that is not a matmul (the Gated DeltaNet recurrence)"),
+    "dequant_slowdown": Constant(
+        1.7, "x", "libtpu's static schedule (platform-facts.md): int8 weights dequantised "
+        "with an f32 scale multiply run 1.4x their HBM time, ~1,200 weights per cycle "
+        "against 2,048 bf16 weight pushes; charged on every dequantised weight"),
 }
+
+
+# Compute constants measured by `megakernel calibrate` (libtpu's static schedule of
+# micro-kernels, compiler/calibration.json): their values and sources come from there.
+# tile_overhead_s and op_overhead_s stay assumed: the micro-kernels' 0.161 us per tile
+# and 0.102 us per norm miss what a real ring tile costs the core (llama-3.2-1b's LM
+# head: ~2,500 cycles per tile on the critical path, docs/floors.md), and with them the
+# geometry search chose 32 x 1 MiB banks, 1.6x the core work of 16 x 2 MiB per cut.
+CALIBRATED = ("mxu_push_rows", "f32_matmul_slowdown")
+
+
+def _calibrate(table: dict[str, Constant]) -> None:
+    from megakernel.compiler import calibration
+
+    cal = calibration.load()
+    for name in CALIBRATED:
+        table[name] = Constant(cal.rate(name), table[name].unit, cal.source(name))
+
+
+_calibrate(COST_TABLE)
 
 
 @dataclass(frozen=True)
@@ -97,6 +122,7 @@ class CostConstants:
     ici_hop_latency_s: float
     kernel_launch_s: float
     vpu_f32_ops_per_s: float
+    dequant_slowdown: float
 
     @classmethod
     def default(cls) -> "CostConstants":

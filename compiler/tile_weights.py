@@ -21,11 +21,15 @@ K expert slots, slice n of the layer going to slot n % K.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 
 from megakernel.compiler.layout import (LANES, itemsize, padded_bytes, round_up, sublanes,
                                         word_rows)
+from megakernel import dtypes, formats
+from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.compiler.shard import ShardPlan
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import body_global_name
@@ -44,6 +48,8 @@ class Tile:
     cols: int
     dtype: str
     transposed: bool = False
+    # a quantized weight's codes: megakernel/formats.py
+    format: str = dataclasses.field(default="plain", metadata={OMIT_DEFAULT: True})
 
     @functools.cached_property      # read for every tile of every geometry tried
     def view(self) -> tuple[int, int]:
@@ -57,9 +63,27 @@ class Tile:
         return (word_rows(self.view[0], self.dtype), self.view[1])
 
     @property
+    def scale_view(self) -> tuple[int, int] | None:
+        """[rows, cols] of the f32 scales a quantized tile brings with it (its
+        groups' rows, or the one per-channel row), in an auxiliary ring of that
+        shape, fetched with the codes under the same flat index; None: plain."""
+        if self.format == "plain":
+            return None
+        fmt = formats.get(self.format)
+        return (1 if fmt.group_rows == formats.WHOLE else self.rows // fmt.group_rows,
+                self.cols)
+
+    @property
+    def scale_row0(self) -> int:
+        fmt = formats.get(self.format)
+        return 0 if fmt.group_rows == formats.WHOLE else self.row0 // fmt.group_rows
+
+    @property
     def nbytes(self) -> int:
-        """Bytes the tile's DMA moves from HBM."""
-        return self.rows * self.cols * itemsize(self.dtype)
+        """Bytes the tile's DMAs move from HBM (4-bit codes: half a byte each;
+        a quantized tile's scales included)."""
+        scales = self.scale_view[0] * self.cols * 4 if self.scale_view else 0
+        return self.rows * self.cols * dtypes.of(self.dtype).bits // 8 + scales
 
     @property
     def elements(self) -> int:
@@ -75,6 +99,8 @@ class NodeTiles:
     count: int
     nbytes: int
     elements: int
+    # weights dequantised in VMEM before their dot (quantized formats)
+    dequantized: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
 
 
 @dataclass(frozen=True)
@@ -153,14 +179,32 @@ class ExpertStream:
     experts_local: int
     max_distinct: int    # worst case distinct experts per layer per core
     dtype: str
+    # quantized experts (megakernel/formats.py): codes as 32-bit words in the
+    # slots, f32 scales in slots of their own
+    format: str = dataclasses.field(default="plain", metadata={OMIT_DEFAULT: True})
+
+    def scale_rows(self, rows: int) -> int:
+        """Scale rows of a [rows, N] slice of one expert matrix."""
+        fmt = formats.get(self.format)
+        return 1 if fmt.group_rows == formats.WHOLE else rows // fmt.group_rows
 
     @property
     def slot_bytes(self) -> int:
-        return 3 * padded_bytes((self.hidden, self.chunk), self.dtype)
+        h, c = self.hidden, self.chunk
+        if self.format == "plain":
+            return 3 * padded_bytes((h, c), self.dtype)
+        words = (2 * padded_bytes((word_rows(h, self.dtype), c), "int32")
+                 + padded_bytes((word_rows(c, self.dtype), h), "int32"))
+        return words + 2 * padded_bytes((self.scale_rows(h), c), "float32") + padded_bytes(
+            (self.scale_rows(c), h), "float32")
 
     @property
     def chunk_dma_bytes(self) -> int:
-        return 3 * self.hidden * self.chunk * itemsize(self.dtype)
+        h, c = self.hidden, self.chunk
+        codes = 3 * h * c * dtypes.of(self.dtype).bits // 8
+        if self.format == "plain":
+            return codes
+        return codes + 4 * (2 * self.scale_rows(h) * c + self.scale_rows(c) * h)
 
     @property
     def bytes_per_layer(self) -> int:
@@ -177,11 +221,15 @@ def _spans(extent: int, block: int, quantum: int) -> list[tuple[int, int]]:
 
 @functools.lru_cache(maxsize=4096)
 def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
-                kind: str = "weight") -> tuple[Tile, ...]:
+                kind: str = "weight", quantum: int = 1) -> tuple[Tile, ...]:
     """Tiles of a per-core [rows, cols] matrix for banks of ``bank`` bytes.
     kind: "weight" (row blocks), "head" (vocab column blocks, whole contraction),
-    "tied_head" (stored [vocab, hidden]: vocab row blocks)."""
-    item, sub = itemsize(dtype), sublanes(dtype)
+    "tied_head" (stored [vocab, hidden]: vocab row blocks). Row blocks of a
+    "weight" are whole multiples of ``quantum`` rows too (a quantized weight's
+    scale groups, megakernel/formats.py ``row_quantum``)."""
+    # In bits: the ring holds 4-bit codes two to a byte (packed in words).
+    item, sub, bank = dtypes.of(dtype).bits, sublanes(dtype), 8 * bank
+    sub = math.lcm(sub, quantum)
     lane_cols, sub_rows = round_up(cols, LANES), round_up(rows, sub)
     if kind == "weight":
         if sub * lane_cols * item <= bank:
@@ -211,12 +259,12 @@ def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
 
 @functools.lru_cache(maxsize=4096)
 def _totals(name: str, rows: int, cols: int, dtype: str, bank: int,
-            kind: str = "weight") -> tuple[int, int]:
+            kind: str = "weight", quantum: int = 1) -> tuple[int, int]:
     """(DMA bytes, elements) of ``tile_matrix``'s tiles; raises when one does
     not fit a bank (only possible for banks below a few native tiles)."""
-    tiles = tile_matrix(name, rows, cols, dtype, bank, kind)
+    tiles = tile_matrix(name, rows, cols, dtype, bank, kind, quantum)
     worst = max(tiles, key=lambda t: t.view[0] * t.view[1])
-    need = padded_bytes(worst.view, dtype)
+    need = padded_bytes(worst.words, "int32")      # as the bank holds it: words
     if need > bank:
         raise PlanningError(f"a {worst.view[0]}x{worst.view[1]} tile of {name} needs {need} "
                             f"bytes, more than bank_bytes={bank}", path="plan.ring",
@@ -230,18 +278,24 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
         tiles: list[Tile] = []
         nodes: list[NodeTiles] = []
         for p in st.params:
-            if p.channel != "ring":
+            if p.channel != "ring" or p.scale_of:      # scales go with their weight
                 continue
             node = p.name.split(".")[0]
-            key = (p.name, *p.shape, p.dtype, bank_bytes)
-            mine = tile_matrix(*key)
-            nbytes, elements = _totals(*key)
+            if p.format == "plain":
+                key = (p.name, *p.shape, p.dtype, bank_bytes)
+                mine = tile_matrix(*key)
+                nbytes, elements = _totals(*key)
+            else:
+                mine, nbytes, elements = _quantized_tiles(p, bank_bytes)
+                _totals(p.name, *p.shape[-2:], p.dtype, bank_bytes, "weight",
+                        scale_quantum(p.format, p.shape[-2]))   # fits a bank
+            dq = 0 if p.format == "plain" else elements
             if nodes and nodes[-1].node == node:
                 n = nodes[-1]
                 nodes[-1] = NodeTiles(node, n.first, n.count + len(mine), n.nbytes + nbytes,
-                                      n.elements + elements)
+                                      n.elements + elements, n.dequantized + dq)
             else:
-                nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements))
+                nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements, dq))
             tiles.extend(mine)
         stacks.append(StackStream(st.stack, st.start, st.count, st.period, offset, tuple(tiles),
                                   tuple(nodes)))
@@ -256,6 +310,29 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
                         elements)
 
 
+def _quantized_tiles(p, bank: int) -> tuple[tuple[Tile, ...], int, int]:
+    """(tiles, DMA bytes, weight elements) of quantized weight ``p``: row blocks
+    of codes on whole scale groups, each bringing its scales (``Tile.scale_view``)
+    under its own flat index. Per-channel scales (one row) come with every row
+    block of their columns."""
+    rows, cols = p.shape[-2:]
+    key = (p.name, rows, cols, p.dtype, bank, "weight", scale_quantum(p.format, rows))
+    tiles = tuple(dataclasses.replace(t, format=p.format) for t in tile_matrix(*key))
+    return tiles, sum(t.nbytes for t in tiles), sum(t.elements for t in tiles)
+
+
+def scale_quantum(fmt_name: str, rows: int) -> int:
+    """Rows a block of a quantized [rows, N] matrix must be a multiple of: whole
+    code tiles and scale groups, and (Mosaic slices tiled dimensions by whole
+    [8, 128] tiles) a whole 8 rows of f32 scales, unless the block is all of
+    ``rows`` (its scales then are the whole dimension)."""
+    fmt = formats.get(fmt_name)
+    if fmt.group_rows == formats.WHOLE:
+        return fmt.row_quantum(rows)
+    eight = math.lcm(fmt.row_quantum(rows), 8 * fmt.group_rows)
+    return eight if rows % eight == 0 else rows
+
+
 def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: int,
                    chunks: int | None) -> tuple[ExpertStream, ...]:
     """Slot plans for every MoE node. ``chunks`` slices per expert (rounded to a
@@ -265,9 +342,12 @@ def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: in
         for node, _ep, _tp, local, width in st.experts:
             p = st.param(f"{node}.experts_gate")
             groups = width // LANES
-            c = max(d for d in range(1, groups + 1) if groups % d == 0 and d <= (chunks or 1))
+            # a slice of a quantized down matrix is whole 8-row tiles of scales
+            quantum = scale_quantum(p.format, width) if p.format != "plain" else LANES
+            c = max(d for d in range(1, groups + 1) if groups % d == 0 and d <= (chunks or 1)
+                    and (d == 1 or (width // d) % quantum == 0))
             out.append(ExpertStream(st.stack, node, slots, width // c, c, p.shape[1], local,
-                                    min(local, rows * top_k[node]), p.dtype))
+                                    min(local, rows * top_k[node]), p.dtype, p.format))
     return tuple(out)
 
 

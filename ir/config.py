@@ -23,6 +23,7 @@ from megakernel.ir.kind_elementwise import Scale, Softcap
 from megakernel.ir.ops import RMSNorm, RopeScaling
 from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
 from megakernel.ir.types import DType
+from megakernel.ir.weight_kinds import Quantize
 
 __all__ = ["FFNS", "MIXERS", "LayerBuilder", "LinearAttentionConfig", "MoEConfig",
            "ModelConfig", "build"]
@@ -147,6 +148,9 @@ class ModelConfig:
     qk_norm_all_heads: Bool = False
     # Multi-head latent attention; with it the default mixer is "mla".
     mla: MLAConfig | None = None
+    # Storage format per weight kind (megakernel/formats.py), e.g.
+    # {"experts": "mxfp4", "dense": "int8"}; absent kinds stay plain.
+    quantize: Quantize = Quantize()
 
     def __post_init__(self):
         if self.moe is None and self.first_k_dense:
@@ -234,4 +238,4 @@ def build(config: ModelConfig) -> Model:
         embed_ops = (Scale(factor),)
     return Model(config.name, config.vocab_size, config.hidden_size, tuple(layers),
                  final_norm, config.tie_embeddings, dtype, config.max_seq_len, logit_ops,
-                 embed_ops)
+                 embed_ops, config.quantize)

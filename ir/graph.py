@@ -7,6 +7,7 @@ before use, no cycles, shapes agree) and to order it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Annotated
@@ -19,6 +20,7 @@ from megakernel.ir import limits
 from megakernel.ir.ops import Op, RMSNorm
 from megakernel.ir.schema import Bool, Identifier, Int, ModelName, node
 from megakernel.ir.types import DType, ParamSpec, StateSpec, TensorSpec
+from megakernel.ir.weight_kinds import Quantize
 
 _Names = Annotated[tuple[Identifier, ...], Field(max_length=limits.MAX_TENSORS)]
 
@@ -230,6 +232,9 @@ class Model:
     # first layer (e.g. Gemma's scale by sqrt(hidden)); each maps [hidden] to
     # [hidden]. A tied LM head reads the embedding table without them.
     embed_ops: Annotated[tuple[Op, ...], Field(max_length=8)] = ()
+    # The storage format of each weight kind (megakernel/formats.py); all
+    # plain unless the card or ``--quantize`` asks.
+    quantize: Quantize = Quantize()
 
     def __post_init__(self):
         if not self.layers:
@@ -247,6 +252,11 @@ class Model:
             if shape != (self.hidden_size,):
                 raise IRError(f"input has per-token shape {shape}, expected "
                               f"({self.hidden_size},) = hidden_size", path=f"layers.{i}")
+        if self.tie_embeddings and self.quantize.lm_head != "plain":
+            raise IRError(f"lm_head={self.quantize.lm_head!r}, but the LM head is the tied "
+                          "embedding, which stays plain", path="quantize.lm_head",
+                          hint="remove lm_head from the quantize table")
+        self.check_formats()
         if self.final_norm.dim != self.hidden_size:
             raise IRError(f"dim={self.final_norm.dim} differs from hidden_size="
                           f"{self.hidden_size}", path="final_norm")
@@ -256,14 +266,31 @@ class Model:
         return find_stacks(self.layers)
 
     def params(self) -> dict[str, ParamSpec]:
-        """Every weight of the model, in consumption order."""
-        p = {"embed.weight": ParamSpec((self.vocab_size, self.hidden_size), self.dtype)}
+        """Every weight of the model, in consumption order, each in the format
+        the ``quantize`` table gives its weight kind (ir/weight_kinds.py)."""
+        from megakernel.ir.weight_kinds import layer_formats
+
+        q = self.quantize
+        p = {"embed.weight": ParamSpec((self.vocab_size, self.hidden_size), self.dtype,
+                                       format=q.embedding)}
         for i, layer in enumerate(self.layers):
-            p.update({f"layers.{i}.{k}": v for k, v in layer.params(self.dtype).items()})
+            fmts = layer_formats(q, layer)
+            p.update({f"layers.{i}.{k}": dataclasses.replace(v, format=fmts.get(k, "plain"))
+                      for k, v in layer.params(self.dtype).items()})
         p["final_norm.weight"] = ParamSpec((self.hidden_size,), self.dtype)
         if not self.tie_embeddings:
-            p["lm_head.weight"] = ParamSpec((self.hidden_size, self.vocab_size), self.dtype)
+            p["lm_head.weight"] = ParamSpec((self.hidden_size, self.vocab_size), self.dtype,
+                                            format=q.lm_head)
         return p
+
+    def check_formats(self) -> None:
+        """Every quantized weight's shape suits its format (formats.Format.check)."""
+        from megakernel import formats
+
+        if not self.quantize.chosen():
+            return
+        for name, spec in self.params().items():
+            formats.get(spec.format).check(spec.shape, name)
 
     @property
     def param_count(self) -> int:

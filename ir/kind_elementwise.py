@@ -14,6 +14,7 @@ from typing import ClassVar
 from megakernel.errors import IRError
 from megakernel.ir import limits
 from megakernel.ir.ops import OP_KINDS, Activation, Dim, Op
+from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Float, node
 from megakernel.ir.types import ParamSpec
 
@@ -95,3 +96,4 @@ class ChannelScale(Op):
 
 for _cls in (Mul, Activate, Scale, Softcap, ChannelScale):
     OP_KINDS.register(_cls.kind)(_cls)
+    WEIGHT_KINDS.register(_cls.kind)(lambda op: {})     # no matrices

@@ -24,6 +24,7 @@ from typing import ClassVar
 from megakernel.errors import IRError
 from megakernel.ir import limits
 from megakernel.ir.ops import OP_KINDS, HeadDim, Heads, Op, _expect_shapes
+from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Float, Int, node
 from megakernel.ir.types import WHOLE, DType, ParamSpec, StateSpec
 
@@ -93,3 +94,5 @@ class GatedDeltaNet(Op):
 
 
 OP_KINDS.register(GatedDeltaNet.kind)(GatedDeltaNet)
+# Its conv taps and per-head vectors are not matmul weights: all plain.
+WEIGHT_KINDS.register(GatedDeltaNet.kind)(lambda op: {})

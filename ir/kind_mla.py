@@ -36,6 +36,7 @@ from megakernel.errors import IRError
 from megakernel.ir import limits
 from megakernel.ir.ops import OP_KINDS, Dim, HeadDim, Heads, Op, RopeScaling, _expect_shapes, \
     rope_attention_factor, rope_inv_freq
+from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Bool, Float, node
 from megakernel.ir.types import APPEND, ParamSpec, StateSpec
 
@@ -108,6 +109,8 @@ class MLA(Op):
 
 
 OP_KINDS.register(MLA.kind)(MLA)
+# The absorbed up-projections, read by the MLA library itself.
+WEIGHT_KINDS.register(MLA.kind)(lambda op: {"w_uk": "attention", "w_uv": "attention"})
 
 
 def _mla_block(c, b, x: str) -> str:

@@ -16,6 +16,7 @@ from typing import ClassVar
 from megakernel.errors import IRError
 from megakernel.ir import limits
 from megakernel.ir.ops import OP_KINDS, Dim, Op
+from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Bool, Float, node
 from megakernel.ir.types import ParamSpec
 
@@ -55,3 +56,4 @@ class RMSScale(Op):
 
 for _cls in (MeanSquare, RMSScale):
     OP_KINDS.register(_cls.kind)(_cls)
+    WEIGHT_KINDS.register(_cls.kind)(lambda op: {})     # no matrices

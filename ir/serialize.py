@@ -23,6 +23,7 @@ from megakernel.ir.jsonfile import parse_json
 from megakernel.ir.ops import RMSNorm, op_from_dict
 from megakernel.ir.schema import Bool, Identifier, Int, ModelName, Word, check
 from megakernel.ir.types import DType, TensorSpec
+from megakernel.ir.weight_kinds import Quantize
 
 IR_FORMAT = "megakernel.ir/1"
 CARD_FORMAT = "megakernel.card/1"
@@ -74,6 +75,7 @@ class _ModelDoc(TypedDict):
     layers: _list(Int(0, limits.MAX_LAYER_DEFS - 1), limits.MAX_LAYERS, 1)
     logit_ops: NotRequired[_list(dict[str, Any], 8)]
     embed_ops: NotRequired[_list(dict[str, Any], 8)]
+    quantize: NotRequired[dict[Word, Word]]
 
 
 def layer_to_dict(layer: Layer) -> dict[str, Any]:
@@ -124,6 +126,7 @@ def model_to_dict(model: Model) -> dict[str, Any]:
         "layers": refs,
         **({"logit_ops": [op.to_dict() for op in model.logit_ops]} if model.logit_ops else {}),
         **({"embed_ops": [op.to_dict() for op in model.embed_ops]} if model.embed_ops else {}),
+        **({"quantize": model.quantize.chosen()} if model.quantize.chosen() else {}),
     }
 
 
@@ -159,6 +162,9 @@ def model_from_dict(data: dict[str, Any]) -> Model:
             with error_context(f"{key}.{i}"):
                 ops.append(op_from_dict(op))
         extra[key] = tuple(ops)
+    if "quantize" in data:
+        with error_context("quantize"):
+            extra["quantize"] = Quantize(**data["quantize"])
     return Model(data["name"], data["vocab_size"], data["hidden_size"], tuple(layers),
                  final_norm, data["tie_embeddings"], dtype, data["max_seq_len"], **extra)
 

@@ -12,6 +12,7 @@ planner adds padding, outputs and replicated tensors on top.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,9 +117,16 @@ def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["La
     return Sizes(name, params + embed * dtype.itemsize, cache, max_seq_len)
 
 
-def of_model(model: "Model") -> Sizes:
-    return of_layers(model.name, model.vocab_size, model.hidden_size, model.layers,
-                     model.tie_embeddings, model.dtype, model.max_seq_len)
+def of_model(model: "Model", *, formatted: bool = False) -> Sizes:
+    """The sizes of ``model`` (as ``of_config`` of its card: weights in the
+    model dtype); ``formatted``: its weights in their storage formats
+    (megakernel/formats.py), what the planner holds in HBM."""
+    sizes = of_layers(model.name, model.vocab_size, model.hidden_size, model.layers,
+                      model.tie_embeddings, model.dtype, model.max_seq_len)
+    if formatted and model.quantize.chosen():
+        sizes = dataclasses.replace(sizes, param_bytes=sum(
+            p.nbytes for p in model.params().values()))
+    return sizes
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -68,10 +68,13 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """A weight: full (unsharded) shape and dtype."""
+    """A weight: full (unsharded) shape and dtype. ``format`` names its storage
+    in megakernel/formats.py: ``plain`` (``dtype`` itself) or a quantized
+    format (codes and scales; ``dtype`` is then what it dequantises to)."""
 
     shape: tuple[int, ...]
     dtype: DType
+    format: str = field(default="plain", kw_only=True)
 
     @property
     def size(self) -> int:
@@ -79,7 +82,10 @@ class ParamSpec:
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        """Bytes in HBM, in its format (codes plus scales when quantized)."""
+        from megakernel import formats
+
+        return formats.get(self.format).hbm_bytes(self.shape, self.dtype.itemsize)
 
 
 APPEND, WHOLE = "append", "whole"

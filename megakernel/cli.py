@@ -17,6 +17,7 @@ import sys
 import textwrap
 
 from megakernel import cli_args, interrupts
+from megakernel.cli_calibrate import _calibrate_args, cmd_calibrate
 from megakernel.cli_generate import _generate_args, cmd_generate
 from megakernel.errors import MegakernelError
 
@@ -207,6 +208,12 @@ def cmd_aot(args) -> int:
     with cli_args.progress(f"compiling for {args.topology} with libtpu"):
         result = aot_compile(module, plan, topology=args.topology)
     print(aot_line(result))
+    if args.profile:
+        from megakernel.backends.pallas_tpu.profile_kernel import profile
+
+        with cli_args.progress("libtpu's static schedule of the kernel, cut to two depths"):
+            work = profile(plan, topology=args.topology)
+        print(work.summary())
     return 0
 
 
@@ -215,6 +222,9 @@ def _aot_args(p) -> None:
     _trust_edited_arg(p)
     p.add_argument("--topology", type=cli_args.topology, default="tpu7x:2x2x1",
                    metavar="TOPOLOGY", help="TPU topology, e.g. tpu7x:2x2x1")
+    p.add_argument("--profile", action="store_true",
+                   help="also report libtpu's static schedule of the kernel: core work on "
+                        "the critical path by unit, and headroom against the HBM floor")
 
 
 def cmd_demo(args) -> int:
@@ -275,6 +285,8 @@ COMMANDS = {
                  ["megakernel generate tiny-moe --prompt-ids 1,2,3 --max-new 20",
                   "megakernel generate tiny-dense --prompt-ids 5,6 7,8 --max-new 8 "
                   "--steps-per-call 4 --end-id 2"]),
+    "calibrate": (cmd_calibrate, "measure the cost model's compute rates with libtpu's static "
+                  "profile; writes the generated table", ["megakernel calibrate"]),
     "demo": (cmd_demo, "plan, emit, check and AOT-compile the default model (tiny-moe)",
              ["megakernel demo", "megakernel demo qwen3-8b --layers 2 --devices 4"]),
 }
@@ -305,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 ADD_ARGS: dict = {"plan": _plan_json_args, "compile": _compile_args, "check": _check_args,
-                  "aot": _aot_args, "demo": _demo_args, "generate": _generate_args}
+                  "aot": _aot_args, "demo": _demo_args, "generate": _generate_args,
+                  "calibrate": _calibrate_args}
 
 
 # An error message is cut to this many characters: textwrap.fill takes time

@@ -42,6 +42,19 @@ def id_list(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
+def steps_per_call(text: str) -> "int | str":
+    """An argparse type: "auto" (the planner chooses) or an integer in 1..128."""
+    from megakernel.compiler.choose_steps import AUTO
+    from megakernel.compiler.request import MAX_STEPS_PER_CALL
+
+    if text == AUTO:
+        return AUTO
+    try:
+        return int_in(1, MAX_STEPS_PER_CALL)(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err}, or auto") from None
+
+
 def int_in(low: int, high: int | None = None):
     """An argparse type: an integer in [low, high] (no upper bound if None)."""
     span = f"in {low}..{high}" if high is not None else f">= {low}"
@@ -130,7 +143,8 @@ def load(spec: str):
 
 # Planning flags, by destination: a compiled folder fixes them all (request.json).
 PLAN_FLAGS = ("devices", "target", "batch", "tokens", "context", "layers", "vmem_budget",
-              "bank_bytes", "banks", "expert_slots", "kv_tile", "moe_parallel", "steps_per_call")
+              "bank_bytes", "banks", "expert_slots", "kv_tile", "moe_parallel", "steps_per_call",
+              "quantize")
 
 
 def plan_args(p, *, model_optional: bool = False) -> None:
@@ -143,9 +157,10 @@ def plan_args(p, *, model_optional: bool = False) -> None:
     p.add_argument("--tokens", "-t", type=positive, default=1,
                    help="new tokens per sequence per step")
     # Not --steps: `check --steps` counts the steps a check runs.
-    p.add_argument("--steps-per-call", type=int_in(1, 128), default=1, metavar="N",
+    p.add_argument("--steps-per-call", type=steps_per_call, default=1, metavar="auto|N",
                    help="greedy decode steps one kernel call runs (tokens fed back "
-                        "inside the kernel; needs --tokens 1)")
+                        "inside the kernel; needs --tokens 1). Default 1; auto: the "
+                        "planner's choice (its rule and N in the report)")
     p.add_argument("--context", type=positive, default=None,
                    help="cached tokens the cost model assumes")
     p.add_argument("--layers", type=positive, default=None,
@@ -160,6 +175,22 @@ def plan_args(p, *, model_optional: bool = False) -> None:
     p.add_argument("--kv-tile", type=positive, default=None, help="override KV tile (tokens)")
     p.add_argument("--moe-parallel", type=moe_parallel, default=None,
                    help="tp, ep, or an expert-parallel degree")
+    p.add_argument("--quantize", action="append", default=None, metavar="KIND=FORMAT",
+                   help="store a weight kind (dense, experts, lm_head, ...) in a format "
+                        "(int8, int4_g32/64/128, fp8_b128, mxfp4), rounded to nearest on "
+                        "load; repeatable; over the card's own quantize table")
+
+
+def with_quantize(model, pairs: list[str] | None):
+    """``model`` with the ``--quantize`` pairs over its card's quantize table."""
+    import dataclasses
+
+    from megakernel.ir.weight_kinds import Quantize
+
+    if not pairs:
+        return model
+    table = {**model.quantize.chosen(), **Quantize.parse(pairs).chosen()}
+    return dataclasses.replace(model, quantize=Quantize(**table))
 
 
 def cut_layers(model, layers: int | None):
@@ -181,7 +212,8 @@ def make_plan(args, model=None):
     from megakernel.compiler.target import make_target
     from megakernel.errors import PlanningError
 
-    model = cut_layers(model or load(args.model), args.layers)
+    model = with_quantize(cut_layers(model or load(args.model), args.layers),
+                          getattr(args, "quantize", None))
     target = make_target(args.target, args.devices)
     if args.vmem_budget is not None:
         if args.vmem_budget > target.vmem_bytes:

@@ -27,8 +27,10 @@ def cmd_generate(args) -> int:
     weights = init_weights(model, args.seed)
     with cli_args.progress("reference greedy continuation"):
         want = reference_greedy(model, weights, prompt, args.max_new, args.end_id)
-    print(f"  planning and emitting {model.name} for {args.devices} core(s), "
-          f"{args.steps_per_call} steps per call", file=sys.stderr)
+    steps = ("steps per call chosen by the planner" if args.steps_per_call == "auto"
+             else f"{args.steps_per_call} steps per call")
+    print(f"  planning and emitting {model.name} for {args.devices} core(s), {steps}",
+          file=sys.stderr)
     got = generate(model, prompt, args.max_new, steps_per_call=args.steps_per_call,
                    devices=args.devices, weights=weights, end_id=args.end_id,
                    progress=print_progress)
@@ -48,8 +50,9 @@ def _generate_args(p) -> None:
                                        "(all of one length), e.g. 1,2,3 4,5,6")
     p.add_argument("--max-new", type=cli_args.int_in(1), required=True, metavar="N",
                    help="new tokens per sequence (the first from the reference's prefill)")
-    p.add_argument("--steps-per-call", type=cli_args.int_in(1, 128), default=16, metavar="N",
-                   help="greedy steps per kernel call")
+    p.add_argument("--steps-per-call", type=cli_args.steps_per_call, default="auto",
+                   metavar="auto|N", help="greedy steps per kernel call (default auto: the "
+                                          "planner's choice, compiler/choose_steps.py)")
     p.add_argument("--devices", "-n", type=cli_args.devices, default=1, help="TensorCores")
     p.add_argument("--end-id", type=cli_args.int_in(-1), default=-1,
                    help="end-of-sequence id: a row stops after emitting it (-1: none)")

@@ -43,6 +43,7 @@ TABLE: dict[str, Dtype] = {d.name: d for d in (
     Dtype("uint8", 8, "u8", 8),
     Dtype("int4", 4, "s4", 8),
     Dtype("float8_e4m3fn", 8, "f8e4m3fn", 8),
+    Dtype("float4_e2m1fn", 4, "f4e2m1fn", 8),
     Dtype("bool", 8, "pred", 8),
     Dtype("float64", 64, "f64", 64),
     Dtype("int64", 64, "s64", 64),

@@ -1,7 +1,8 @@
 """Greedy generation: prefill with the reference, then the kernel in chunks of N.
 
 ``generate(model, prompt_ids, max_new, steps_per_call=N)`` plans and emits
-one kernel that runs N greedy steps per call (``steps_per_call``), prefills
+one kernel that runs N greedy steps per call (``steps_per_call``; "auto": the
+planner's N, compiler/choose_steps.py, at most max_new - 1), prefills
 the caches with the plain-JAX reference (the kernel decodes one token per
 sequence per step), and calls the kernel ``ceil((max_new - 1) / N)`` times.
 Each call's length limit stops every row at ``max_new`` tokens; a row that
@@ -74,9 +75,9 @@ def prefill(model, weights, prompt: np.ndarray):
     return np.asarray(logits)[:, -1].argmax(-1).astype(np.int32), caches
 
 
-def generate(model, prompt_ids, max_new: int, *, steps_per_call: int = 16, devices: int = 1,
-             weights=None, seed: int = 0, end_id: int = -1, interpret=None, plan=None,
-             progress=None) -> Generated:
+def generate(model, prompt_ids, max_new: int, *, steps_per_call: "int | str" = "auto",
+             devices: int = 1, weights=None, seed: int = 0, end_id: int = -1, interpret=None,
+             plan=None, progress=None) -> Generated:
     from megakernel.backends.pallas_tpu import compile_model, load
     from megakernel.backends.pallas_tpu.run import KernelRunner, make_mesh
     from megakernel.backends.pallas_tpu.run_steps import call
@@ -86,6 +87,12 @@ def generate(model, prompt_ids, max_new: int, *, steps_per_call: int = 16, devic
     prompt = prompt_array(prompt_ids, model.vocab_size)
     _check_length(model, prompt, max_new, end_id)
     b, p = prompt.shape
+    if plan is None and steps_per_call == "auto":
+        # the planner's N, but no more steps than the tokens left after the prefill's
+        plan = plan_model(model, devices=devices, batch=b, steps="auto", context=p)
+        if plan.request.steps > max(max_new - 1, 1):
+            steps_per_call = max(max_new - 1, 1)
+            plan = None
     if plan is None:
         plan = plan_model(model, devices=devices, batch=b, steps=steps_per_call,
                           context=min(p, model.max_seq_len - steps_per_call))

@@ -14,7 +14,10 @@ from megakernel.ir.config import MLAConfig
 # (and, by their needs, layer_pattern, sliding_rope_theta and qk_norm_all_heads);
 # an MLA card's rotary part is its own (rotary_dim 0), and a rope scaling needs
 # latent.rope.
-MLA_REFUSES = frozenset({"sliding_window", "qk_norm", "attn_logit_softcap", "attention_sinks"})
+# (quantized_dense: the drawn MLA widths, v_head_dim 48 per core, are not whole
+# code tiles of the formats.)
+MLA_REFUSES = frozenset({"sliding_window", "qk_norm", "attn_logit_softcap", "attention_sinks",
+                         "quantized_dense", "quantized_experts"})
 ROPE_SCALINGS = frozenset({"rope_llama3", "rope_yarn", "rope_linear", "rope_yarn_mscale"})
 
 

@@ -17,8 +17,10 @@ coin; when required, ``add`` must make any card fit. Two mixers are options of
 the draw rather than features, since they replace the attention the table's
 features describe: ``model_configs(mla=...)`` (latent attention, which turns off
 the features MLA layers refuse) and ``hybrid_configs()`` (hybrid_strategies.py,
-Gated DeltaNet layers, drawing this table's mixer-independent features). Not yet
-in the table: quantized weight formats.
+Gated DeltaNet layers, drawing this table's mixer-independent features).
+``quantized_dense`` / ``quantized_experts`` draw a weight format for the
+dense matrices / the routed experts (MLA and hybrid cards stay plain: their
+drawn widths are not whole code tiles of the formats).
 """
 
 from __future__ import annotations
@@ -197,6 +199,61 @@ for _feature in (
     _flag("tied_embeddings", "tie_embeddings"),
 ):
     register(_feature)
+
+# Quantized dense weights (megakernel/formats.py): a format whose code tiles
+# and scale groups divide every per-core input width of the card.
+QUANTIZED = ("int8", "int4_g32", "int4_g64", "mxfp4", "int4_g128", "fp8_b128")
+
+
+def _fitting_formats(card: ModelConfig, cores: int, kind: str) -> list[str]:
+    """The formats whose row quantum (whole code tiles and scale groups)
+    divides every per-core input width of the card's ``kind`` matrices (a
+    core's rows before padding: its groups must not be cut), by arithmetic
+    (drawn on every coin): the hidden size; for dense weights the output
+    projection's heads per core x head_dim, the MLP's and the shared experts'
+    intermediate per core; for routed experts their intermediate per core at
+    every tensor-parallel degree the planner may pick. MLA cards refuse the
+    features (mla_strategies.py)."""
+    from megakernel import formats
+
+    if card.mla is not None:
+        return []
+    widths = [card.hidden_size]
+    moe = card.moe
+    if kind == "dense":
+        widths += [card.num_q_heads // cores * card.head_dim, -(-card.intermediate_size // cores)]
+        if moe is not None and moe.num_shared_experts:
+            widths.append(-(-moe.num_shared_experts * moe.shared_intermediate // cores))
+    elif moe is not None:
+        widths += [-(-moe.expert_intermediate // tp) for tp in range(1, cores + 1)
+                   if cores % tp == 0]
+    # Per-channel scales (int8) do not split with the rows: only the widths
+    # that are not padded to 128 lanes (the first two) must be whole code tiles.
+    return [f for f in QUANTIZED
+            if all(w % formats.get(f).row_quantum(w) == 0
+                   for w in (widths if formats.get(f).group_rows else widths[:2]))]
+
+
+def _quantized(card: ModelConfig, kind: str, fmt: str) -> ModelConfig:
+    from megakernel.ir.weight_kinds import Quantize
+
+    table = {**card.quantize.chosen(), kind: fmt}
+    return dataclasses.replace(card, quantize=Quantize(**table))
+
+
+def _quantize_feature(name: str, kind: str, **rules) -> Feature:
+    """Weights of ``kind`` in a format drawn among those the card's widths take
+    (int8 fits every GQA card drawn)."""
+    def add(draw, card, cores):
+        fitting = _fitting_formats(card, cores, kind) or ["int8"]
+        return _quantized(card, kind, draw(st.sampled_from(fitting)))
+
+    return Feature(name, lambda c: getattr(c.quantize, kind) != "plain", add,
+                   fits=lambda c, cores: bool(_fitting_formats(c, cores, kind)), **rules)
+
+
+register(_quantize_feature("quantized_dense", "dense"))
+register(_quantize_feature("quantized_experts", "experts", needs=("moe",)))
 
 
 def _names(names, option: str) -> frozenset[str]:

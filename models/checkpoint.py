@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from megakernel.quantize import quantize_weights
 from megakernel.errors import ConfigError, shown
 from megakernel.ir.graph import Model
 from megakernel.ir.jsonfile import read_json
@@ -236,7 +237,8 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
                     dtype: str | DType | None = None) -> dict[str, np.ndarray]:
     """IR-named numpy weights of the checkpoint folder ``path``, in
     ``model.params()`` order, cast to ``dtype`` (default: the model's; weights
-    the IR keeps in float32 stay float32). ``model`` defaults to the folder's
+    the IR keeps in float32 stay float32); weights the model quantizes come
+    back quantized (``quantize.Packed``, rounded from the checkpoint's values). ``model`` defaults to the folder's
     config.json imported with ``from_hf``."""
     from megakernel.models.hf import from_hf, supported
 
@@ -259,7 +261,9 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
         keep = spec.dtype if spec.dtype != model.dtype else target
         weights[weight] = np.asarray(array, dtype=keep.np)
     _check_leftovers(files, model, weights, ignored)
-    return weights
+    # Quantize on load: weights whose kind the model's quantize table names
+    # are rounded to their format (megakernel/quantize.py).
+    return quantize_weights(model, weights, target)
 
 
 def _load_one(files: _Files, model_type: str, names: dict, weight: str, spec: ParamSpec,

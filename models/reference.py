@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from megakernel import activations
+from megakernel.quantize import Packed, dequantize_packed
 from megakernel.ir.graph import Model, OpNode
 from megakernel.ir.ops import Activation, Scoring
 from megakernel.registry import Registry
@@ -242,4 +243,7 @@ decode_step_jit = jax.jit(decode_step, static_argnums=0)
 
 
 def as_jax(weights: dict[str, np.ndarray]) -> dict[str, Array]:
-    return {k: jnp.asarray(v) for k, v in weights.items()}
+    """Host weights as jax arrays; a quantized weight (``quantize.Packed``) is
+    dequantised by the kernel's own arithmetic (``quantize.dequantize``)."""
+    return {k: dequantize_packed(v) if isinstance(v, Packed) else jnp.asarray(v)
+            for k, v in weights.items()}

@@ -14,6 +14,7 @@ import numpy as np
 
 from megakernel.ir.graph import Model
 from megakernel.ir.types import DType
+from megakernel.quantize import quantize_weights
 from megakernel.registry import Registry
 
 # Per op kind: param -> (rule, fan-in axis). Rules:
@@ -106,4 +107,4 @@ def init_weights(model: Model, seed: int = 0, dtype: DType | None = None) -> dic
     if not model.tie_embeddings:
         put("lm_head.weight", _rng(seed, "lm_head.weight").standard_normal(
             (model.hidden_size, model.vocab_size)) / math.sqrt(model.hidden_size), model.dtype)
-    return out
+    return quantize_weights(model, out, dtype or model.dtype)

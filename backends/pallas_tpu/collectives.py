@@ -1,11 +1,13 @@
 """In-kernel collectives by remote DMA: entry barrier, all-reduce, argmax exchange.
 
-All sums run in rank order 0..N-1 on every core, so every core holds the
-bit-identical f32 result (one-shot and reduce-scatter + all-gather agree, as
-both add the same partials in the same order). Slots are double-buffered by
-the parity of the collective's sequence number: a peer cannot start
-collective n+2 (same parity) before this core has finished n, so the layer
-loop needs no barrier.
+Only the valid rows travel: the first ``rows`` (batch x tokens) of the
+[rows_padded, H] f32 activation, cast to the slots' dtype (the plan's wire
+dtype: the model's activation dtype, bf16 for bf16 models). Every core adds
+the received partials in f32 in rank order 0..N-1, so every core holds the
+bit-identical result; pad rows come back as zeros (what the embedding gives
+them). Slots are double-buffered by the parity of the collective's sequence
+number: a peer cannot start collective n+2 (same parity) before this core has
+finished n, so the layer loop needs no barrier.
 """
 
 from __future__ import annotations
@@ -25,9 +27,28 @@ def barrier(me, n):
     pl.semaphore_wait(sem, n - 1)
 
 
+def _pad_rows(v, rows_padded):
+    """[rows, W] -> [rows_padded, W], zeros below."""
+    rows = v.shape[0]
+    if rows == rows_padded:
+        return v
+    return jnp.concatenate([v, jnp.zeros((rows_padded - rows, v.shape[1]), v.dtype)], axis=0)
+
+
+def _sum_f32(slot, n):
+    """slot(0) + slot(1) + ... + slot(n-1) in f32, in this order on every core."""
+    acc = slot(0).astype(jnp.float32)
+    for j in range(1, n):
+        acc = acc + slot(j).astype(jnp.float32)
+    return acc
+
+
 def all_reduce(x, slots, send_sems, recv_sems, parity, me, n):
-    """One-shot all-reduce of x [rows, H] f32: push to every peer's
-    slots[parity, me], sum slots[parity, 0..n-1] in rank order."""
+    """One-shot all-reduce of x [rows_padded, H] f32 through slots
+    [2, n, rows, H]: the valid rows to every peer's slots[parity, me], then
+    the f32 sum of slots[parity, 0..n-1] in rank order."""
+    rows = slots.shape[2]
+
     def push(j):
         return pltpu.make_async_remote_copy(
             src_ref=slots.at[parity, me], dst_ref=slots.at[parity, me],
@@ -40,14 +61,12 @@ def all_reduce(x, slots, send_sems, recv_sems, parity, me, n):
             send_sem=send_sems.at[parity, j], recv_sem=recv_sems.at[parity, j],
             device_id={"x": j})
 
-    slots[parity, me] = x
+    slots[parity, me] = x[:rows].astype(slots.dtype)
     _each_peer(me, n, lambda j: push(j).start())
     _each_peer(me, n, lambda j: incoming(j).wait_recv())
-    acc = slots[parity, 0]
-    for j in range(1, n):
-        acc = acc + slots[parity, j]
+    acc = _sum_f32(lambda j: slots[parity, j], n)
     _each_peer(me, n, lambda j: push(j).wait_send())
-    return acc
+    return _pad_rows(acc, x.shape[0])
 
 
 def _each_peer(me, n, fn):
@@ -58,11 +77,13 @@ def _each_peer(me, n, fn):
 
 
 def all_reduce_rs_ag(x, stage, rs_slots, ag_slots, send_sems, recv_sems, parity, me, n):
-    """Reduce-scatter + all-gather all-reduce of x [rows, H] f32 (H = n chunks
-    of whole lane groups). Phase 0: chunk j of x to core j's rs_slots[par, me];
-    core c sums its chunk in rank order. Phase 1: the reduced chunk to every
-    core's ag_slots[par, c]. stage [2, rows, H] holds x while it is sent."""
-    chunk = rs_slots.shape[-1]
+    """Reduce-scatter + all-gather all-reduce of x [rows_padded, H] f32 (H =
+    n chunks of whole lane groups), valid rows only. Phase 0: chunk j of the
+    partial to core j's rs_slots[par, me]; core c sums its chunk in f32 in
+    rank order. Phase 1: the reduced chunk, in the wire dtype, to every core's
+    ag_slots[par, c]; every core (the owner too) reads the chunks back from
+    ag_slots. stage [2, rows, H] holds the partial while it is sent."""
+    rows, chunk = rs_slots.shape[2], rs_slots.shape[-1]
 
     def scatter(j, src):   # src's chunk j -> core j's rs_slots[par, src]
         return pltpu.make_async_remote_copy(
@@ -76,7 +97,7 @@ def all_reduce_rs_ag(x, stage, rs_slots, ag_slots, send_sems, recv_sems, parity,
             send_sem=send_sems.at[parity, 1, j], recv_sem=recv_sems.at[parity, 1, src],
             device_id={"x": j})
 
-    stage[parity] = x
+    stage[parity] = x[:rows].astype(stage.dtype)
     own = pltpu.make_async_copy(
         stage.at[parity, :, pl.ds(pl.multiple_of(me * chunk, 128), chunk)],
         rs_slots.at[parity, me], recv_sems.at[parity, 0, me])
@@ -84,16 +105,13 @@ def all_reduce_rs_ag(x, stage, rs_slots, ag_slots, send_sems, recv_sems, parity,
     _each_peer(me, n, lambda j: scatter(j, me).start())
     own.wait()
     _each_peer(me, n, lambda j: scatter(me, j).wait_recv())
-    acc = rs_slots[parity, 0]
-    for j in range(1, n):
-        acc = acc + rs_slots[parity, j]
-    ag_slots[parity, me] = acc
+    ag_slots[parity, me] = _sum_f32(lambda j: rs_slots[parity, j], n).astype(ag_slots.dtype)
     _each_peer(me, n, lambda j: gather(j, me).start())
     _each_peer(me, n, lambda j: gather(me, j).wait_recv())
-    out = jnp.concatenate([ag_slots[parity, j] for j in range(n)], axis=-1)
+    out = jnp.concatenate([ag_slots[parity, j].astype(jnp.float32) for j in range(n)], axis=-1)
     _each_peer(me, n, lambda j: scatter(j, me).wait_send())
     _each_peer(me, n, lambda j: gather(j, me).wait_send())
-    return out
+    return _pad_rows(out, x.shape[0])
 
 
 def merge_argmax(best, cand):
@@ -105,11 +123,12 @@ def merge_argmax(best, cand):
 
 
 def exchange_argmax(m, idx, values, indices, sems, me, n):
-    """Distributed argmax: every core's (max, global index) to every peer's
-    values/indices[me]; the lowest rank wins ties (= lowest vocab index)."""
-    lanes = values.shape[-1]
-    values[me] = jnp.broadcast_to(m, (m.shape[0], lanes))
-    indices[me] = jnp.broadcast_to(idx, (idx.shape[0], lanes))
+    """Distributed argmax of the valid rows: every core's (max, global index)
+    [rows_padded, 1] to every peer's values/indices[me] ([n, rows, lanes]);
+    the lowest rank wins ties (= lowest vocab index). Pad rows return 0."""
+    rows, lanes = values.shape[1], values.shape[-1]
+    values[me] = jnp.broadcast_to(m[:rows], (rows, lanes))
+    indices[me] = jnp.broadcast_to(idx[:rows], (rows, lanes))
 
     def copies(j, src):
         return [pltpu.make_async_remote_copy(
@@ -123,6 +142,4 @@ def exchange_argmax(m, idx, values, indices, sems, me, n):
     for j in range(1, n):
         best = merge_argmax(best, (values[j][:, :1], indices[j][:, :1]))
     _each_peer(me, n, lambda j: [c.wait_send() for c in copies(j, me)])
-    return best
-
-
+    return tuple(_pad_rows(v, m.shape[0]) for v in best)

@@ -16,6 +16,7 @@ import math
 
 from megakernel import dtypes
 from megakernel.compiler.buffers import Space
+from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import EmitError
 
 SEMAPHORES = {"dma_semaphore": "pltpu.SemaphoreType.DMA",
@@ -105,9 +106,15 @@ def geometry_lines(plan) -> list[str]:
     return out
 
 
-def _tile_entry(ring, ref: int, t) -> dict:
+def _tile_entry(ring, ref: int, t, sref: int | None = None) -> dict:
+    # A quantized tile names its format and where its scales come from
+    # (operand ``sref``) and go (auxiliary ring ``sbank``); plain tiles read
+    # as before quantized formats existed.
+    extra = "" if t.format == "plain" else (
+        f", fmt={literal(t.format)}, sref={sref}, sr0={t.scale_row0}, "
+        f"srows={t.scale_view[0]}, sbank={ring.scale_bank(t)}")
     return {"args": f"{ref}, {t.row0}, {t.rows}, {t.col0}, {t.cols}, bank={ring.bank_of(t)}, "
-                    f"dtype={literal(t.dtype)}",
+                    f"dtype={literal(t.dtype)}{extra}",
             "note": comment(f"{t.param}[{t.row0}:{t.row0 + t.rows}, {t.col0}:{t.col0 + t.cols}]")}
 
 
@@ -116,7 +123,9 @@ def segment_tables(plan, ctxs) -> list[dict]:
     stream, ring = plan.memory.stream, plan.memory.ring
     out = [{"name": f"S{c.s}_TILES", "offset": c.stream.offset, "count": c.stream.count,
             "layered": True,
-            "tiles": [_tile_entry(ring, c.ring.index(t.param), t) for t in c.stream.tiles]}
+            "tiles": [_tile_entry(ring, c.ring.index(t.param), t,
+                                  c.ring.index(scale_name(t.param)) if t.scale_view else None)
+                      for t in c.stream.tiles]}
            for c in ctxs]
     out.append({"name": "HEAD_TILES", "offset": stream.head_offset, "count": 1,
                 "layered": False, "tiles": [_tile_entry(ring, 0, t) for t in stream.head]})

@@ -19,6 +19,7 @@ from megakernel.backends.pallas_tpu import declare, frame, pack
 from megakernel.backends.pallas_tpu.declare import literal
 from megakernel.compiler import layout
 from megakernel.compiler.plan_buffers import VECTORS
+from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import EmitError
 from megakernel.registry import Registry
 
@@ -94,8 +95,10 @@ class StackCtx:
         return f"vec_s{self.s}.get({self.vectors.index(name)}, k)"
 
     def tiles_of(self, param: str) -> tuple[int, int]:
-        """(first, count) of the layer's ring tiles of ``param``."""
-        idx = [j for j, t in enumerate(self.stream.tiles) if t.param == param]
+        """(first, count) of the layer's ring tiles of ``param`` (with its
+        scales' tiles, interleaved, when it is quantized)."""
+        idx = [j for j, t in enumerate(self.stream.tiles)
+               if t.param in (param, scale_name(param))]
         if not idx or idx != list(range(idx[0], idx[-1] + 1)):
             raise EmitError(f"tiles of {param} are not contiguous in the stream",
                             path=f"layers[{self.s}].{param}")
@@ -103,9 +106,11 @@ class StackCtx:
 
     def linear(self, out: str, x: str, param: str, width: int) -> str:
         first, count = self.tiles_of(param)
+        quantized = self.shard.param(param).format != "plain"
+        to = f", dequant_to={literal(self.model.dtype.value)}" if quantized else ""
         return (f"{out} = rt.ring_linear(stream, {self.s}, k, {x}, "
                 f"S{self.s}_TILES.tiles[{first}:{first + count}], out_cols={literal(width)}, "
-                f"first={first})")
+                f"first={first}{to})")
 
     def reduce(self, node: str, tensor: str) -> list[str]:
         """The all-reduce of ``tensor`` if the plan puts one after ``node``."""
@@ -188,18 +193,22 @@ def _moe(c: StackCtx, n) -> list[str]:
     op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
     bias = c.vec(f"{n.name}.router_bias") if op.correction_bias else "None"
     _, _, tp, local, _ = next(e for e in c.shard.experts if e[0] == n.name)
-    first, count = c.tiles_of(f"{n.name}.router")
     lib = c.library("moe")
     experts = ", ".join(c.hbm(f"{n.name}.experts_{p}") for p in ("gate", "up", "down"))
     extra = ""
     if op.router_logit_bias:
         extra += f", logit_bias={c.vec(n.name + '.router_logit_bias')}"
+    if c.shard.param(f"{n.name}.experts_gate").format != "plain":    # their scales' operands
+        scales = ", ".join(c.hbm(scale_name(f"{n.name}.experts_{p}")) for p in ("gate", "up", "down"))
+        extra += f", experts_scales=({scales})"
     if op.expert_bias:      # the down biases once per group sharing an expert
         tables = ", ".join(c.vec(f"{n.name}.experts_{p}_bias") for p in ("gate", "up", "down"))
         extra += f", biases=({tables}), bias_here=(me % {literal(tp)} == 0)"
-    lines = [f"router = rt.ring_matrix(stream, {c.s}, k, S{c.s}_TILES.tiles[{first}:"
-             f"{first + count}], first={first})",
-             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router, {bias}, "
+    # The router logits stream through the ring like any linear's output, one
+    # weight chunk at a time: a router assembled as one value ([7168, 384] bf16
+    # for Kimi-K2, 5.25 MiB) was held whole in VMEM beside the plan.
+    lines = [c.linear("logits", x, f"{n.name}.router", op.num_experts),
+             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, logits, {bias}, "
              f"{experts}, k, expert_base_s{c.s}_{n.name} * {literal(local)}, "
              f"{c.buffers(n.name)}{extra})"]
     if op.num_shared_experts:

@@ -16,9 +16,13 @@ key head j // (value_heads // key_heads)); ``layers``: repetitions of its stack.
 
 ``fetch(g, hbm, k, ...)`` starts the reads of repetition k (the stack's first,
 before its loop); ``step(g, xs, z, b, a, taps, a_log, dt_bias, norm, hbm, k,
-...) -> y`` runs the op for repetition k (traced); ``drain(g, hbm, ...)`` waits
-the last writes (after the loop). ``hbm`` = (hist_q, hist_k, hist_v,
-recurrent) HBM refs [layers, ...] (aliased, updated in place).
+..., stopped=None) -> y`` runs the op for repetition k (traced); ``drain(g,
+hbm, ...)`` waits the last writes (after the loop). ``hbm`` = (hist_q, hist_k,
+hist_v, recurrent) HBM refs [layers, ...] (aliased, updated in place).
+``stopped`` (a multi-step call, backends/pallas_tpu/steps.py): SMEM [batch]
+int32; a sequence with stopped[b] != 0 keeps its history and state as fetched
+(its slot is not stored, so the write-back returns the old bytes), and its
+rows' outputs are computed and ignored.
 
 Pipelining: repetition k's state sits in slot k % 2. ``step`` waits its reads,
 computes, starts its writes, then (if k + 1 < layers) waits the writes of
@@ -160,9 +164,21 @@ def _pick_row(x, rows, r):
     return jnp.sum(jnp.where(rows == r, x, 0.0), axis=0, keepdims=True)
 
 
-def _conv(g, xs, taps, hist_refs, p, b, outs):
+def _store(ref, index, value, stopped, b):
+    """ref[index] = value, unless sequence b has stopped (a multi-step call)."""
+    if stopped is None:
+        ref[index] = value
+        return
+
+    @pl.when(stopped[b] == 0)
+    def _():
+        ref[index] = value
+
+
+def _conv(g, xs, taps, hist_refs, p, b, outs, stopped):
     """The causal conv + SiLU of sequence b's T rows, for q, k and v; stores the
-    new history in slot p; returns the outputs with those rows filled in."""
+    new history in slot p (unless b stopped); returns the outputs with those
+    rows filled in."""
     new = []
     for x, w, ref, out in zip(xs, taps, hist_refs, outs):
         rows = jax.lax.broadcasted_iota(jnp.int32, x.shape, 0)
@@ -178,7 +194,7 @@ def _conv(g, xs, taps, hist_refs, p, b, outs):
         kept = jnp.zeros(hist.shape, jnp.float32)
         for m in range(g.conv_kernel - 1):
             kept = jnp.where(hrows == m, seq[g.tokens + m], kept)
-        ref[p, b] = kept.astype(ref.dtype)
+        _store(ref, (p, b), kept.astype(ref.dtype), stopped, b)
         new.append(out)
     return tuple(new)
 
@@ -201,9 +217,10 @@ def _scalar(x, mask):
     return jnp.sum(jnp.sum(picked, axis=0, keepdims=True), axis=1, keepdims=True)
 
 
-def _recurrence(g, qt, kt, v, beta, decay, state, p, b, outs):
+def _recurrence(g, qt, kt, v, beta, decay, state, p, b, outs, stopped):
     """The delta rule over sequence b's T rows for every local value head; S
-    lives in slot p of ``state``; returns the per-head outputs with b's rows."""
+    lives in slot p of ``state`` (kept as it was if b stopped); returns the
+    per-head outputs with b's rows."""
     dk, dv, rp = g.key_dim, g.value_dim, g.rows_padded
     lanes = jax.lax.broadcasted_iota(jnp.int32, (dk, rp), 1)          # row index of q/k columns
     rows_v = jax.lax.broadcasted_iota(jnp.int32, (rp, dv), 0)
@@ -227,13 +244,13 @@ def _recurrence(g, qt, kt, v, beta, decay, state, p, b, outs):
             u = jnp.sum(kc * s, axis=0, keepdims=True)                  # S^T k
             s = s + kc * (_scalar(beta, mask) * (vr - u))
             out = jnp.where(rows_v == r, jnp.sum(qc * s, axis=0, keepdims=True), out)
-        state[p, b, h] = s
+        _store(state, (p, b, h), s, stopped, b)
         new.append(out)
     return tuple(new)
 
 
 def step(g, xs, z, b_in, a_in, taps, a_log, dt_bias, norm, hbm, k, *, sync, hist_q, hist_k,
-         hist_v, recurrent, sems):
+         hist_v, recurrent, sems, stopped=None):
     """One GDN node for repetition k: xs = (q, k, v) raw projections [RP, width]
     f32, z [RP, HV*dv], b/a [RP, >= HV] (zero-padded to 128 lanes: the first HV
     are the heads'); taps = three [1, Kc, C] vectors; a_log,
@@ -248,7 +265,7 @@ def step(g, xs, z, b_in, a_in, taps, a_log, dt_bias, norm, hbm, k, *, sync, hist
              for j in range(g.conv_kernel)] for w in taps]
     zero = tuple(jnp.zeros(x.shape, jnp.float32) for x in xs)
     cq, ck, cv = jax.lax.fori_loop(
-        0, g.batch, lambda b, outs: _conv(g, xs, taps, bufs[:3], p, b, outs), zero)
+        0, g.batch, lambda b, outs: _conv(g, xs, taps, bufs[:3], p, b, outs, stopped), zero)
     qt = jnp.transpose(_l2norm_heads(cq, g.key_heads, g.key_dim, g.key_dim ** -0.5))
     kt = jnp.transpose(_l2norm_heads(ck, g.key_heads, g.key_dim, 1.0))
     beta = jax.nn.sigmoid(b_in[:, :g.value_heads])
@@ -256,7 +273,7 @@ def step(g, xs, z, b_in, a_in, taps, a_log, dt_bias, norm, hbm, k, *, sync, hist
     heads = tuple(jnp.zeros((g.rows_padded, g.value_dim), jnp.float32)
                   for _ in range(g.value_heads))
     outs = jax.lax.fori_loop(0, g.batch, lambda b, o: _recurrence(
-        g, qt, kt, cv, beta, decay, recurrent, p, b, o), heads)
+        g, qt, kt, cv, beta, decay, recurrent, p, b, o, stopped), heads)
     writes = _copies(hbm, bufs, sems, k, 1)
     _each(writes, "start")
     if sync:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from megakernel.backends.pallas_tpu.emit import EMITTERS, StackCtx, v
 from megakernel.backends.pallas_tpu.gdn import STATES
+from megakernel.backends.pallas_tpu.steps import STEPPING, Stepping
 
 
 @EMITTERS.register("gated_deltanet")
@@ -22,4 +23,9 @@ def _gdn(c: StackCtx, n) -> list[str]:
                    f"  # layers[{c.s}].{n.name}: the last state writes")
     return [f"{v(n.outputs[0])} = {lib}.step({g}, ({q}, {k}, {vv}), {z}, {b}, {a}, {taps}, "
             f"{c.vec(n.name + '.A_log')}, {c.vec(n.name + '.dt_bias')}, "
-            f"{c.vec(n.name + '.norm')}, {hbm}, k, sync=SYNCHRONISED, {bufs})"]
+            f"{c.vec(n.name + '.norm')}, {hbm}, k, sync=SYNCHRONISED, {bufs}{c.stopped()})"]
+
+
+STEPPING.register("gated_deltanet")(Stepping(
+    True, "keeps a stopped sequence's conv history and recurrent state as fetched (its "
+          "VMEM slot is not stored, so the write-back returns the old bytes)"))

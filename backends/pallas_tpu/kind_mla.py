@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from megakernel.backends.pallas_tpu.declare import literal
 from megakernel.backends.pallas_tpu.emit import EMITTERS, StackCtx, v
+from megakernel.backends.pallas_tpu.steps import STEPPING, Stepping
 
 
 @EMITTERS.register("mla")
@@ -25,5 +26,11 @@ def _mla(c: StackCtx, n) -> list[str]:
     lib = c.library("mla")
     lines.append(f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
                  f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {c.appended(n.name, ['latent'])}, "
-                 f"k, {c.start_ref}, start_pos, {c.first_step}, {c.buffers(n.name)})")
+                 f"k, {c.start_ref}, start_pos, {c.first_step}, "
+                 f"{c.buffers(n.name)}{c.stopped()})")
     return lines
+
+
+STEPPING.register("mla")(Stepping(
+    True, "writes each running sequence's latent row at the step's position; a stopped "
+          "sequence's cache is not written"))

@@ -23,19 +23,21 @@ the core), chosen by the planner. L = rank + rope_dim values per cached token.
   m, l         (heads, RP, 1) f32; acc, out (heads, RP, dv) f32
 
 ``attend(g, q, kv_a, gate, kv_norm, inv_freq, pos, cache, rows_out, layer,
-start_ref, origin_ref, first, **buffers) -> [RP, heads*dv] f32`` - q [RP, heads*(dn+dr)] (this
-core's heads), kv_a [RP, L] (replicated), gate [RP, heads*dv] or None, kv_norm
-[1, R] f32, inv_freq [1, dr/2] f32 (None for NoPE), pos [RP, 1] int32, cache
-HBM ref [layers, batch, max_seq_len, L], READ-ONLY, rows_out the kernel's HBM
-output [layers, batch, W, L] of each sequence's window of new rows
-(new_rows.py writes it into the cache after the call; replicated: every core
-holds the same rows), layer traced int32, start_ref SMEM [batch] (this step's
-positions), origin_ref SMEM [batch] (the call's: they place the window),
-first the call's first step; the w_uk / w_uv buffers hold this layer's
-weights already (the emitter copies them from the ring). Puts the new latent
-rows (c_kv normed, k_pe roped) at start[b]+t of the window, then attends
-causally (cache tiles before the window, then the window from VMEM);
-padding rows give 0. Every DMA is waited before return.
+start_ref, origin_ref, first, stopped=None, **buffers) -> [RP, heads*dv] f32`` -
+q [RP, heads*(dn+dr)] (this core's heads), kv_a [RP, L] (replicated), gate
+[RP, heads*dv] or None, kv_norm [1, R] f32, inv_freq [1, dr/2] f32 (None for
+NoPE), pos [RP, 1] int32, cache HBM ref [layers, batch, max_seq_len, L],
+READ-ONLY, rows_out the kernel's HBM output [layers, batch, W, L] of each
+sequence's window of new rows (new_rows.py writes it into the cache after the
+call; replicated: every core holds the same rows), layer traced int32,
+start_ref SMEM [batch] (this step's positions), origin_ref SMEM [batch] (the
+call's: they place the window), first the call's first step, stopped SMEM
+[batch] int32 in a multi-step call (backends/pallas_tpu/steps.py: a sequence
+with stopped[b] != 0 puts no new rows in its window); the w_uk / w_uv buffers
+hold this layer's weights already (the emitter copies them from the ring).
+Puts the new latent rows (c_kv normed, k_pe roped) at start[b]+t of the
+window, then attends causally (cache tiles before the window, then the window
+from VMEM); padding rows give 0. Every DMA is waited before return.
 
 ``value_bytes(g)`` - the values ``attend`` holds at its peak, which Mosaic
 keeps in VMEM beside the declared buffers (``MemoryPlan.values_bytes``). Each
@@ -306,10 +308,11 @@ def _expanded(g, q_nope, q_pe, new, cache, bufs):
 
 
 def attend(g: MLAGeometry, q, kv_a, gate, kv_norm, inv_freq, pos, cache, rows_out, layer,
-           start_ref, origin_ref, first, **bufs):
+           start_ref, origin_ref, first, stopped=None, **bufs):
     q_nope, q_pe, new = _new_rows(g, q, kv_a, kv_norm, inv_freq, pos)
     form = _absorbed if g.form == "absorbed" else _expanded
-    cache = (cache, rows_out, layer, start_ref, origin_ref, first)  # mla_cache.sequences' order
+    # mla_cache.sequences' order
+    cache = (cache, rows_out, layer, start_ref, origin_ref, first, stopped)
     heads = form(g, q_nope, q_pe, new, cache, bufs)
     o = jnp.concatenate(heads, axis=-1) if len(heads) > 1 else heads[0]
     if g.output_gate:

@@ -15,23 +15,26 @@ from megakernel.backends.pallas_tpu import new_rows
 from megakernel.backends.pallas_tpu.attention import window_rows, window_start
 
 
-def write_latent(g, new, cache, out, layer, b, pos, w0, first, win, wsem):
-    """The sequence's window of latent rows: loaded, rows pos..pos+T-1 put in,
-    stored to ``out`` [layers, batch, W, L] (DMAs waited)."""
+def write_latent(g, new, cache, out, layer, b, pos, w0, first, live, win, wsem):
+    """The sequence's window of latent rows: loaded, rows pos..pos+T-1 put in
+    unless the sequence stopped (``live`` false), stored to ``out`` [layers,
+    batch, W, L] (DMAs waited)."""
     wr = window_rows(g)
     new_rows.load_window(cache.at[layer, b, pl.ds(w0, wr), :], out.at[layer, b], win,
                          wsem.at[0], first)
-    new_rows.put_rows(new, win, pos - w0, b * g.tokens, g.tokens)
+    new_rows.when(live, lambda: new_rows.put_rows(new, win, pos - w0, b * g.tokens, g.tokens))
     new_rows.store_window(win, out.at[layer, b], wsem.at[0])
 
 
-def sequences(g, n, cache, out, layer, start_ref, origin_ref, first, new, bufs, begin, chunk,
-              finish):
-    """For each sequence b: put its new rows in its window, then stream its
-    valid tiles before the window (double-buffered) in chunks of ``n`` keys
-    through ``chunk(b, k0, latent [keys, L], pos, end)`` (cache dtype; keys at
-    or past ``end`` zeroed, and to be masked; k0: the chunk's first key
-    position), then the window as one chunk, with ``begin(b)`` before and ``finish(b)`` after."""
+def sequences(g, n, cache, out, layer, start_ref, origin_ref, first, stopped, new, bufs, begin,
+              chunk, finish):
+    """For each sequence b: put its new rows in its window (not when
+    stopped[b] != 0, in a multi-step call; ``stopped`` None otherwise), then
+    stream its valid tiles before the window (double-buffered) in chunks of
+    ``n`` keys through ``chunk(b, k0, latent [keys, L], pos, end)`` (cache
+    dtype; keys at or past ``end`` zeroed, and to be masked; k0: the chunk's
+    first key position), then the window as one chunk, with ``begin(b)``
+    before and ``finish(b)`` after."""
     St, T = g.kv_tile, g.tokens
     tiles, tsem = bufs["tiles"], bufs["tile_sems"]
 
@@ -44,7 +47,9 @@ def sequences(g, n, cache, out, layer, start_ref, origin_ref, first, new, bufs, 
         pos = start_ref[b]
         w0 = window_start(g, origin_ref[b])
         win = bufs["window"]
-        write_latent(g, new, cache, out, layer, b, pos, w0, first, win, bufs["window_sems"])
+        live = True if stopped is None else stopped[b] == 0   # a stopped sequence puts nothing
+        write_latent(g, new, cache, out, layer, b, pos, w0, first, live, win,
+                     bufs["window_sems"])
         n_valid = pos + T
         below = jnp.minimum(n_valid, w0)    # the cache's keys; the window holds the rest
         hi = (below + St - 1) // St

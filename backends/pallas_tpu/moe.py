@@ -22,13 +22,14 @@ group-limited selection (1 / 1: none).
   slot_sems   DMA (3, slots)             [gate|up|down, slot]
   ids_sem     DMA (1,)                   used_v -> used_s
 
-``moe_routed(g, x, router, router_bias, experts_gate, experts_up, experts_down,
+``moe_routed(g, x, logits, router_bias, experts_gate, experts_up, experts_down,
 layer, expert_offset, **buffers, logit_bias=None, biases=None, bias_here=True)
--> partial [rows_padded, hidden] f32`` - x value [RP, hidden] f32; router value
-[hidden, E] (weights dtype); router_bias value [1, E] f32 or None; experts_* HBM
-refs [L, experts_local, ...]; layer traced int32; expert_offset = global id of
-local expert 0 (EP) or 0 (TP); logit_bias [1, E] f32 (``router_logit_bias``);
-biases (gate [1, experts_local, inter_local], up, down [1, experts_local,
+-> partial [rows_padded, hidden] f32`` - x value [RP, hidden] f32; logits value
+[RP, E] f32, x @ router (the emitter streams the router through the ring like
+any linear: x in the weight's dtype, f32 accumulation); router_bias value
+[1, E] f32 or None; experts_* HBM refs [L, experts_local, ...]; layer traced
+int32; expert_offset = global id of local expert 0 (EP) or 0 (TP); logit_bias
+[1, E] f32 (``router_logit_bias``); biases (gate [1, experts_local, inter_local], up, down [1, experts_local,
 hidden]) f32 (``expert_bias``); bias_here: whether this core adds the down
 biases (one core of each group splitting an expert's intermediate). Returns the
 sum over this core's selected experts of weight * expert(x) for valid rows and
@@ -50,6 +51,7 @@ layer's experts are unknown until its router runs, so nothing crosses calls.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -57,10 +59,12 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from megakernel import formats
+from megakernel.backends.pallas_tpu import dequant
 from megakernel.activations import apply as activation
 from megakernel.activations import clamped_swiglu
 from megakernel.compiler.buffers import Need, Space
-from megakernel.compiler.plan_json import GEOMETRIES
+from megakernel.compiler.plan_json import GEOMETRIES, OMIT_DEFAULT
 from megakernel.errors import PlanningError
 
 HI = jax.lax.Precision.HIGHEST
@@ -90,6 +94,9 @@ class MoEGeometry:
     swiglu_alpha: float = 1.0
     n_group: int = 1
     topk_group: int = 1
+    # Quantized experts (megakernel/formats.py): the slots hold codes as 32-bit
+    # words and their f32 scales beside them; ``dtype`` is what they dequantise to.
+    fmt: str = dataclasses.field(default="", metadata={OMIT_DEFAULT: True})
 
     def __post_init__(self):
         checks = [
@@ -132,19 +139,38 @@ def value_bytes(g: MoEGeometry, ss, node) -> int:
     return 4 * (rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0)) + biases)
 
 
+def _scale_rows(g: MoEGeometry, rows: int) -> int:
+    f = formats.get(g.fmt)
+    return 1 if f.group_rows == formats.WHOLE else rows // f.group_rows
+
+
 def buffers(g: MoEGeometry) -> tuple[Need, ...]:
     vmem, smem, dma, i32 = Space.VMEM, Space.SMEM, Space.SEMAPHORE, "int32"
     fetch = f"slice n of the layer's expert fetches in slot n % {g.slots}"
-    return (
+    h, c, k = g.hidden, g.chunk, g.slots
+    common = (
         Need("used_v", vmem, (8, g.num_experts), i32, "row 0: experts any valid row picked"),
         Need("used_s", smem, (8, g.num_experts), i32, "the same, as scalars"),
-        Need("uniq", smem, (g.experts_local,), i32, "picked local experts, ascending"),
-        Need("gate_slots", vmem, (g.slots, g.hidden, g.chunk), g.dtype, fetch),
-        Need("up_slots", vmem, (g.slots, g.hidden, g.chunk), g.dtype, fetch),
-        Need("down_slots", vmem, (g.slots, g.chunk, g.hidden), g.dtype, fetch),
-        Need("slot_sems", dma, (3, g.slots), "dma_semaphore", "[gate|up|down, slot]"),
-        Need("ids_sem", dma, (1,), "dma_semaphore", "used_v -> used_s"),
-    )
+        Need("uniq", smem, (g.experts_local,), i32, "picked local experts, ascending"))
+    ids = Need("ids_sem", dma, (1,), "dma_semaphore", "used_v -> used_s")
+    if not g.fmt:
+        return common + (
+            Need("gate_slots", vmem, (k, h, c), g.dtype, fetch),
+            Need("up_slots", vmem, (k, h, c), g.dtype, fetch),
+            Need("down_slots", vmem, (k, c, h), g.dtype, fetch),
+            Need("slot_sems", dma, (3, k), "dma_semaphore", "[gate|up|down, slot]"), ids)
+    per = 32 // formats.get(g.fmt).code_bits
+    words = f"{fetch}; {g.fmt} codes as 32-bit words"
+    scales = f"{fetch}; f32 scales of its {g.fmt} codes"
+    return common + (
+        Need("gate_slots", vmem, (k, h // per, c), i32, words),
+        Need("up_slots", vmem, (k, h // per, c), i32, words),
+        Need("down_slots", vmem, (k, c // per, h), i32, words),
+        Need("gate_scales", vmem, (k, _scale_rows(g, h), c), "float32", scales),
+        Need("up_scales", vmem, (k, _scale_rows(g, h), c), "float32", scales),
+        Need("down_scales", vmem, (k, _scale_rows(g, c), h), "float32", scales),
+        Need("slot_sems", dma, (6, k), "dma_semaphore",
+             "[gate|up|down codes, then their scales, slot]"), ids)
 
 
 def _matmul(x, w):
@@ -154,10 +180,15 @@ def _matmul(x, w):
     return jnp.dot(x.astype(w.dtype), w, precision=prec, preferred_element_type=jnp.float32)
 
 
-def route(g: MoEGeometry, x, router, router_bias, logit_bias=None):
-    """combine [RP, E] f32: row n's weight for global expert e (0 if not picked
-    or a padding row), and used [1, E] int32: picked by any valid row."""
-    logits = _matmul(x, router)                                   # [RP, E]
+def _qmatmul(g: MoEGeometry, x, words, scales):
+    """x @ one slot's quantized codes, dequantised per chunk (dequant.py)."""
+    return dequant.matmul(x, words, scales, g.fmt, jnp.dtype(g.dtype), _matmul)
+
+
+def route(g: MoEGeometry, logits, router_bias, logit_bias=None):
+    """combine [RP, E] f32 from the router logits [RP, E] f32: row n's weight
+    for global expert e (0 if not picked or a padding row), and used [1, E]
+    int32: picked by any valid row."""
     if g.router_logit_bias:
         logits = logits + logit_bias
     if g.scoring == "softmax":
@@ -251,14 +282,15 @@ def _glu(g: MoEGeometry, gate, up):
     return clamped_swiglu(gate, up, g.swiglu_limit, g.swiglu_alpha)
 
 
-def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
+def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
                experts_down, layer, expert_offset, *, used_v, used_s, uniq, gate_slots,
                up_slots, down_slots, slot_sems, ids_sem, logit_bias=None, biases=None,
-               bias_here=True):
+               bias_here=True, gate_scales=None, up_scales=None, down_scales=None,
+               experts_scales=None):
     uniq_s, gate_b, up_b, down_b, sems, isem = (uniq, gate_slots, up_slots, down_slots,
                                                 slot_sems, ids_sem)
     K, C, nc = g.slots, g.chunk, g.chunks
-    combine, used = route(g, x, router, router_bias, logit_bias)
+    combine, used = route(g, logits, router_bias, logit_bias)
     used_v[...] = jnp.broadcast_to(used, used_v.shape)
     cp = pltpu.make_async_copy(used_v, used_s, isem.at[0])
     cp.start()
@@ -289,6 +321,21 @@ def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
                    experts_up.at[layer, e, :, pl.ds(c0, C)],
                    experts_down.at[layer, e, pl.ds(c0, C), :])
         dst = (gate_b.at[slot], up_b.at[slot], down_b.at[slot])
+        if g.fmt:        # words of packed codes, and the scales of their groups
+            per = 32 // formats.get(g.fmt).code_bits
+            sg, su, sd = experts_scales
+            if nc == 1:
+                src = src + (sg.at[layer, e], su.at[layer, e], sd.at[layer, e])
+            else:
+                c0 = pl.multiple_of((q % nc) * C, C)
+                # the down slice's scale rows: its groups, or the one per-channel row
+                whole = formats.get(g.fmt).group_rows == formats.WHOLE
+                dr = _scale_rows(g, C)
+                d0 = 0 if whole else (q % nc) * dr
+                src = (src[0], src[1], experts_down.at[layer, e, pl.ds(c0 // per, C // per), :],
+                       sg.at[layer, e, :, pl.ds(c0, C)], su.at[layer, e, :, pl.ds(c0, C)],
+                       sd.at[layer, e, pl.ds(d0, dr), :])
+            dst = dst + (gate_scales.at[slot], up_scales.at[slot], down_scales.at[slot])
         return [pltpu.make_async_copy(s, d, sems.at[j, slot])
                 for j, (s, d) in enumerate(zip(src, dst))]
 
@@ -314,11 +361,17 @@ def moe_routed(g: MoEGeometry, x, router, router_bias, experts_gate, experts_up,
         e_local = uniq_s[q // nc] if nc > 1 else uniq_s[q]
         e = e_local + expert_offset
         wgt = jnp.sum(jnp.where(lane == e, combine, 0.0), axis=-1, keepdims=True)  # [RP, 1]
-        gate, up = _matmul(xw, gate_b[slot]), _matmul(xw, up_b[slot])
+        if g.fmt:
+            gate = _qmatmul(g, xw, gate_b.at[slot], gate_scales[slot])
+            up = _qmatmul(g, xw, up_b.at[slot], up_scales[slot])
+        else:
+            gate, up = _matmul(xw, gate_b[slot]), _matmul(xw, up_b[slot])
         if g.expert_bias:
             gate = gate + _expert_row(biases[0], e_local, q % nc, g)
             up = up + _expert_row(biases[1], e_local, q % nc, g)
-        y = _matmul(_glu(g, gate, up), down_b[slot])
+        act = _glu(g, gate, up)
+        y = (_qmatmul(g, act, down_b.at[slot], down_scales[slot])
+             if g.fmt else _matmul(act, down_b[slot]))
         return acc + wgt * y
 
     acc = jax.lax.fori_loop(0, n_items, item, jnp.zeros((g.rows_padded, g.hidden), jnp.float32))

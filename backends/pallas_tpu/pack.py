@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megakernel import quantize
 from megakernel.compiler.plan_operands import CONSTANTS
 from megakernel.ir.graph import Model
 
@@ -71,6 +72,12 @@ def from_words(words: np.ndarray, dtype) -> np.ndarray:
     return np.ascontiguousarray(typed.swapaxes(-1, -2)).reshape(*lead, kw * per, n)
 
 
+def _words(a) -> np.ndarray:
+    """A ring weight as words: quantized codes in their units
+    (megakernel/quantize.py), any other dtype by ``to_words``."""
+    return quantize.to_words(a) if isinstance(a, quantize.Packed) else to_words(a)
+
+
 def _global(per_core: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([np.asarray(a) for a in per_core], axis=0)
 
@@ -89,7 +96,7 @@ def pack_weights(model: Model, plan, weights: dict[str, np.ndarray]) -> dict[str
             node = model.stacks[op.stack].layer.node(name).op
             out[op.name] = CONSTANTS(node.kind, name)(node)[suffix]
             continue
-        words = to_words if op.element else (lambda a: a)
+        words = _words if op.element else (lambda a: a)
         if op.stack is None:
             arrays = [words(per_core[c][op.source]).reshape(op.shape) for c in range(n)]
         else:

@@ -44,6 +44,14 @@ class Tile:
     cols: int
     bank: int = 0     # 0: the main ring; i > 0: auxiliary ring i-1 (unaligned shape)
     dtype: str = "float32"   # the elements the words carry
+    fmt: str = ""            # quantized codes: their format (megakernel/formats.py)
+    # A quantized tile's f32 scales: rows [sr0, sr0+srows) x the tile's columns
+    # of segment weight ``sref``, fetched with the codes into slot t % R of
+    # auxiliary ring sbank-1 (its own semaphore, after the pieces').
+    sref: int = 0
+    sr0: int = 0
+    srows: int = 0
+    sbank: int = 0
 
     @property
     def per(self) -> int:
@@ -141,8 +149,19 @@ class Stream:
         slot = self._slot(flat)
         srcs = [src.at[pl.ds(tile.r0_w, tile.rows_w), pl.ds(tile.c0 + c, w)]
                 for c, w in self._pieces(tile)]
-        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot, i])
-                        for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))])
+        copies = [pltpu.make_async_copy(a, b, self.sems.at[slot, i])
+                  for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))]
+        if tile.fmt:           # its scales ride under the same flat index
+            scales = self.refs[s][tile.sref]
+            if seg.layered:
+                scales = scales.at[layer]
+            copies.append(pltpu.make_async_copy(
+                scales.at[pl.ds(tile.sr0, tile.srows), pl.ds(tile.c0, tile.cols)],
+                self._scale_dst(tile, slot), self.sems.at[slot, len(copies)]))
+        return _Copies(copies)
+
+    def _scale_dst(self, tile, slot):
+        return self.aux[tile.sbank - 1].at[slot]
 
     def _static(self, flat):
         """(segment, layer, tile) of a static flat index (of the next step past
@@ -200,7 +219,11 @@ class Stream:
         flat = self.flat(s, k, j)
         copies = self._copy(s, k, j, flat)
         dsts = self._dsts(tile, self._slot(flat))
-        pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
+        if tile.fmt:
+            pieces = _arriving_quantized(copies, self._pieces(tile), dsts, tile.dtype,
+                                         self._scale_dst(tile, self._slot(flat)))
+        else:
+            pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
         out = fn(pieces)
         for _ in pieces:         # every DMA is waited for, whatever fn read
             pass
@@ -271,6 +294,17 @@ def _arriving(copies, pieces, dsts, dtype):
     for copy, (c, _), d in zip(copies.copies, pieces, dsts):
         copy.wait()
         yield c, Words(d, dtype)
+
+
+def _arriving_quantized(copies, pieces, dsts, dtype, scales):
+    """(col offset, view of its code words, its scales' words [srows, width])
+    of each piece of a quantized tile, after waiting for the scales' DMA (the
+    last) and then the piece's."""
+    *codes, scale_copy = copies.copies
+    scale_copy.wait()
+    for copy, (c, w), d in zip(codes, pieces, dsts):
+        copy.wait()
+        yield c, Words(d, dtype), scales.at[:, pl.ds(c, w)]
 
 
 def tile_pieces(tile, width):

@@ -17,6 +17,7 @@ from jax.experimental.pallas import tpu as pltpu
 from megakernel import activations, dtypes
 from megakernel.errors import EmitError
 from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
+from megakernel.backends.pallas_tpu import dequant
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
     all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
 from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, tile_pieces  # noqa: F401
@@ -69,15 +70,24 @@ def matmul_t_ref(x, w):
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
 
-def ring_linear(stream, s, k, x, tiles, out_cols, first):
+def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
     """y[:, c0:c0+cols] (+)= x[:, r0:r0+rows] @ tile, over static tiles
-    ``first .. first+len(tiles)`` of segment s (row blocks accumulate)."""
+    ``first .. first+len(tiles)`` of segment s (row blocks accumulate). A
+    quantized tile arrives with its scales and is dequantised to
+    ``dequant_to`` before the dot (``dequant.matmul``)."""
     blocks = {}
     stream.begin(s, k, first, len(tiles))
     for j, t in enumerate(tiles):
         xs = x[:, t.r0:t.r0 + t.rows]
-        parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
-            ((t.c0 + c, w.shape[1]), matmul_ref(xs, w)) for c, w in pieces])
+        if t.fmt:
+            parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
+                ((t.c0 + c, w.shape[1]),
+                 dequant.matmul(xs, w.ref, pltpu.bitcast(sc[...], jnp.float32), t.fmt,
+                                jnp.dtype(dequant_to), matmul))
+                for c, w, sc in pieces])
+        else:
+            parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
+                ((t.c0 + c, w.shape[1]), matmul_ref(xs, w)) for c, w in pieces])
         for key, part in parts:
             blocks[key] = part if key not in blocks else blocks[key] + part
     cols = sorted(blocks)
@@ -316,14 +326,3 @@ def ring_to_ref(stream, s, k, tiles, first, dst):
     for j, t in enumerate(tiles):
         stream.consume(s, k, first + j, lambda pieces, t=t: put(pieces, t))
 
-
-def ring_matrix(stream, s, k, tiles, first):
-    """A whole (small) weight assembled from its ring tiles, as a value."""
-    rows = {}
-    stream.begin(s, k, first, len(tiles))
-    for j, t in enumerate(tiles):
-        got = stream.consume(s, k, first + j, lambda p: [(c, w[...]) for c, w in p])
-        rows.setdefault(t.r0, []).extend((t.c0 + c, w) for c, w in got)
-    out = [jnp.concatenate([w for _, w in sorted(r)], axis=-1) if len(r) > 1 else r[0][1]
-           for _, r in sorted(rows.items())]
-    return out[0] if len(out) == 1 else jnp.concatenate(out, axis=0)

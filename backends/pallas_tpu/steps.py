@@ -12,14 +12,45 @@ position would reach ``min(limit[b], max_len)``; from then on its output
 lanes hold ``end_id`` (-1 when none is set), its position is frozen and the
 state-owning ops leave its state alone (they get ``stopped``: attention skips
 its cache write). Its rows are still computed, on finite values, and ignored.
+
+``STEPPING``: each state-owning op kind's kernel library registers whether it
+runs inside a multi-step call, i.e. follows the stop rule above, and how (the
+planner refuses ``steps_per_call`` > 1 for a kind that says it does not, and a
+state-owning kind with no rule is a ``MissingRuleError``). Stateless kinds need
+none: nothing of theirs outlives a step.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental import pallas as pl
+
+from megakernel.registry import Registry
+
+
+@dataclass(frozen=True)
+class Stepping:
+    """How a state-owning kind's library behaves over the N steps of one call:
+    ``carries`` - it takes ``stopped`` and the step's positions and leaves a
+    stopped sequence's state unchanged; ``how`` - what it does (the report),
+    or, when it does not carry, why and what would change that."""
+
+    carries: bool
+    how: str
+
+
+# Keyed by the op kinds that own state (Op.state non-empty), not by every kind.
+STEPPING: Registry[Stepping] = Registry(
+    "multi-step", "the kind's kernel library (backends/pallas_tpu/kind_<name>.py)",
+    per_op_kind=False)
+
+STEPPING.register("attention")(Stepping(
+    True, "writes each running sequence's K/V row at the step's position; a stopped "
+          "sequence's cache is not written"))
 
 
 def begin_step(i, tokens, start_pos, limit, cur_tokens, cur_start, stopped, batch, max_len):

@@ -65,14 +65,11 @@ def test_64_layers_compile_within_1_5x_of_4_layers(tmp_path):
     assert full.compile_seconds <= 1.5 * cut.compile_seconds, (full.summary(), cut.summary())
 
 
-# Measured (tpu7x:4x4x1, absorbed form, libtpu 0.0.51, after the values model
-# of compiler/layout.values_bytes): DeepSeek-V3 55.62 MiB compiled vs 54.17
-# planned (+1.45), Kimi-K2 56.86 vs 53.56 (+3.30). The MLA layers hold more
-# values than the plan models (every other zoo model is within 0.72 MiB; the
-# cause is not yet found, and the two differ though their rings, pieces and
-# MLA geometries match but for heads per core, 4 vs 2): until it is, these two
-# are held to the measured excess rounded up, not to the 1 MiB of the others.
-MLA_VALUES_MIB = 4
+# Measured (tpu7x:4x4x1, absorbed form, libtpu 0.0.51): DeepSeek-V3 53.72 MiB
+# compiled vs 54.17 planned (-0.45), Kimi-K2 53.07 vs 53.56 (-0.48). They were
+# +1.45 and +3.30 while the MoE router was assembled as one value ([7168, E]
+# bf16, 3.5 / 5.25 MiB, which Mosaic held whole in VMEM); it now streams through
+# the ring chunk by chunk like every linear.
 
 
 @pytest.mark.slow
@@ -90,8 +87,7 @@ def test_mla_models_compile_on_32_cores(name, form, tmp_path):
     result = backend.aot_compile(out, plan, topology="tpu7x:4x4x1")
     assert result.vmem_used_bytes is not None
     assert result.vmem_used_bytes <= result.vmem_limit_bytes <= 64 * MIB, result.summary()
-    assert result.vmem_used_bytes - result.plan_vmem_bytes <= MLA_VALUES_MIB * MIB, \
-        result.summary()
+    assert abs(result.vmem_used_bytes - result.plan_vmem_bytes) <= MIB, result.summary()
     # the latent cache is read only: no copy of it around the call (issue 19)
     assert result.copy_bytes <= MIB and plan.cost.copy_bytes == result.copy_bytes, \
         result.summary()

@@ -18,6 +18,7 @@ from jax.experimental.pallas import tpu as pltpu
 from megakernel.backends.pallas_tpu import moe as M
 from megakernel.backends.pallas_tpu.declare import allocation
 from megakernel.ir.ops import MoE
+from megakernel.backends.pallas_tpu import runtime as rt
 from megakernel.backends.pallas_tpu.run import interpret_params as interpret, races_found
 from megakernel.models import reference as R
 
@@ -34,8 +35,9 @@ def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
 
         def body(i, c):
             bias = b_ref[...] if g.correction_bias else None
-            o_ref[i] = M.moe_routed(g, x_ref[i], r_ref[...], bias, wg, wu, wd,
-                                    layer_ref[0] + i, off, **dict(zip(names, scr)))
+            logits = rt.matmul(x_ref[i], r_ref[...])       # as the emitter's ring linear
+            o_ref[i] = M.moe_routed(g, x_ref[i], logits, bias, wg, wu, wd, layer_ref[0] + i,
+                                    off, **dict(zip(names, scr)))
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)

@@ -31,6 +31,10 @@ def test_dense_step_reads_every_weight_byte_once(devices, tmp_path):
     assert embed == plan.memory.rows * 16 * model.hidden_size * model.dtype.itemsize
     if devices > 1:
         assert all(e.src_dev != e.dst_dev for e in result.events if e.kind == "collective")
+        # the collectives carry the valid rows only, in the wire dtype: exactly the plan's bytes
+        for core in range(devices):
+            assert result.bytes_by_kind(core)["collective"] == plan.collectives.remote_bytes(
+                devices)
 
 
 def _routed_experts(model, weights, tokens, t):

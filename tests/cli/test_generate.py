@@ -52,3 +52,17 @@ def test_check_steps_does_not_apply_to_a_multistep_kernel(capsys):
     code = main(["check", "tiny-dense", "--steps-per-call", "4", "--steps", "3"])
     err = capsys.readouterr().err
     assert code == 2 and "--steps" in err and "one call" in err
+
+
+def test_plan_and_generate_take_the_planners_steps_per_call(capsys):
+    """auto: the report gives the N and its rule; generate (default auto) uses
+    at most the tokens left after the prefill's (here 2)."""
+    code = main(["plan", "tiny-dense", "--steps-per-call", "auto"])
+    out = capsys.readouterr().out
+    assert code == 0 and "steps_per_call: auto: " in out and "of the step" in out
+    code = main(["generate", "tiny-dense", "--prompt-ids", "1,2,3", "--max-new", "3"])
+    out = capsys.readouterr().out
+    assert code == 0 and "MATCH: 1 kernel call(s) of 2 steps" in out, out
+    with pytest.raises(SystemExit):
+        main(["plan", "tiny-dense", "--steps-per-call", "many"])
+    assert "give an integer in 1..128, or auto" in capsys.readouterr().err

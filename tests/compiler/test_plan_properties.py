@@ -5,6 +5,7 @@ import numpy as np
 from compiler_cases import cached_plan, plan_cases
 from hypothesis import given, settings
 
+from megakernel import dtypes, quantize
 from megakernel.compiler.buffers import Space
 from megakernel.compiler.layout import itemsize, padded_bytes
 from megakernel.compiler.schedule_collectives import overlapping_tiles
@@ -32,13 +33,14 @@ def test_no_program_point_exceeds_the_vmem_budget(case):
     ring = m.ring
     assert m.buffer("ring.banks").shape == ring.shape and m.buffer("ring.banks").dtype == "int32"
     for t in [t for s in m.stream.stacks for t in s.tiles] + list(m.stream.head):
-        word_rows, cols = t.words            # the tile's bytes, as 4-byte words per row
-        assert word_rows * 4 == t.view[0] * itemsize(t.dtype) and cols == t.view[1]
+        word_rows, cols = t.words            # the tile's bits, as 32-bit words per row
+        bits = dtypes.of(t.dtype).bits       # (4-bit codes: two to a byte)
+        assert word_rows * 32 == t.view[0] * bits and cols == t.view[1]
         if ring.bank_of(t) == 0:
             assert word_rows * -(-cols // ring.bank_cols) <= ring.bank_rows, t
         else:
             assert m.buffer(f"ring.aux{ring.bank_of(t) - 1}").shape == (
-                ring.num_banks, t.rows * itemsize(t.dtype) // 4, t.cols)
+                ring.num_banks, t.rows * bits // 32, t.cols)
 
 
 def _ring_params(plan, model):
@@ -68,7 +70,7 @@ def test_stream_delivers_every_weight_byte_once_in_consumption_order(case):
         grid = cover.setdefault(e.param, np.zeros(shape, np.int8))
         t = e.tile
         grid[t.row0:t.row0 + t.rows, t.col0:t.col0 + t.cols] += 1
-        assert padded_bytes(t.view, t.dtype) <= stream.bank_bytes
+        assert padded_bytes(t.words, "int32") <= stream.bank_bytes     # as the bank holds it
     for name, grid in cover.items():
         assert (grid == 1).all(), f"{name} not covered exactly once"
     # Layers of a stack repeat the same tile list; the stack offsets chain up.
@@ -142,7 +144,12 @@ def test_sharding_then_gathering_reconstructs_the_weights(case):
         rebuilt = gather_weights(model, plan, per_core)
         assert rebuilt.keys() == weights.keys()
         for name in weights:
-            np.testing.assert_array_equal(rebuilt[name], weights[name], err_msg=name)
+            parts = (("codes", "scales") if isinstance(weights[name], quantize.Packed)
+                     else (None,))                 # a quantized weight: both of its arrays
+            for part in parts:
+                got, want = ((getattr(rebuilt[name], part), getattr(weights[name], part))
+                             if part else (rebuilt[name], weights[name]))
+                np.testing.assert_array_equal(got, want, err_msg=f"{name} {part or ''}")
 
 
 @settings(max_examples=20)

@@ -47,3 +47,14 @@ def test_layer_pattern_file_passes_on_two_devices(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 passed" in proc.stdout
     assert "megakernel: 2 virtual CPU device(s) (the mk_devices markers)" in proc.stdout
+
+
+@pytest.mark.slow
+def test_hybrid_model_file_passes_on_two_devices(tmp_path):
+    """Issue 16: the docs' hybrid (Gated DeltaNet) file, 2 devices, plain pytest
+    (47 s here: one kernel, two draws)."""
+    (tmp_path / "test_my_hybrid_model.py").write_text(doc_file("test_my_hybrid_model.py"))
+    proc = run_pytest(tmp_path, "test_my_hybrid_model.py")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 passed" in proc.stdout
+    assert "megakernel: 2 virtual CPU device(s) (the mk_devices markers)" in proc.stdout

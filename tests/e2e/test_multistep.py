@@ -6,8 +6,13 @@ raise): its N tokens must equal N single greedy steps of the reference, fed
 back one to the next, and every cache must equal the reference's after them.
 With an end id (the reference's token of row 0 at a middle step) row 0 must
 stop there: later lanes repeat the end id and its cache stops changing; with a
-length limit a row stops when its next position reaches it.
+length limit a row stops when its next position reaches it. The hybrid
+model (Gated DeltaNet) carries its conv histories and recurrent states across
+the steps: a stopped row's states must stay as they were (compared with the
+reference's after the N steps, like every cache); so does MLA's latent cache.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -17,7 +22,16 @@ from megakernel.compiler.pipeline import plan_model
 from megakernel.errors import PlanningError
 from megakernel.models.weights import init_weights
 
-from tests.e2e.test_decode import dense, moe
+from megakernel.ir.config import build
+from tests.backends.test_gdn_op import HYBRID
+from tests.e2e.test_decode import dense, mla, moe
+
+
+def hybrid(dtype="float32"):
+    """Two repetitions of 3 Gated DeltaNet + 1 gated attention layer (the parity
+    slots both used, the last repetition's writes drained before the next step
+    fetches repetition 0 again)."""
+    return build(dataclasses.replace(HYBRID, dtype=dtype))
 
 CASES = [  # (id, model factory, devices, batch, steps, multistep check options)
     ("dense-f32-1dev", lambda: dense(), 1, 2, 4, None),
@@ -25,6 +39,11 @@ CASES = [  # (id, model factory, devices, batch, steps, multistep check options)
      dict(end_at=1, limit=np.array([64, 6], np.int32))),
     ("moe-f32-1dev-end", lambda: moe(), 1, 2, 3, dict(end_at=1)),
     ("dense-bf16-2dev-end", lambda: dense("bfloat16"), 2, 3, 3, dict(end_at=1)),
+    ("hybrid-f32-1dev-end-limit", lambda: hybrid(), 1, 2, 3,
+     dict(end_at=1, limit=np.array([64, 6], np.int32))),
+    ("hybrid-bf16-2dev-end", lambda: hybrid("bfloat16"), 2, 2, 3, dict(end_at=1)),
+    ("mla-f32-1dev-end-limit", lambda: mla(), 1, 2, 3,
+     dict(end_at=1, limit=np.array([64, 5], np.int32))),
 ]
 SLOW = [
     ("moe-bf16-4dev-end", lambda: moe("bfloat16"), 4, 2, 2, dict(end_at=0)),

@@ -1,0 +1,128 @@
+"""Three floors under a plan's step time, per core: HBM, core and latency.
+
+After ``floors(plan)``: a ``Floors`` record with
+
+- the HBM floor: the bytes one core must read per step (``CostReport.floor_bytes_per_core``)
+  at the nominal bandwidth (pltpu) and at the 3.2 TB/s Inferact measured sustained;
+- the core floor: every weight matrix of the step (ring tiles, expert slices, the LM
+  head) loaded into the MXU at the calibrated rate of its format and layout
+  (``compiler/calibration.json``: weights per cycle, dequantisation included, at the
+  calibrated clock). At decode (LHS rows <= ``mxu_push_rows``) loading weights, not
+  flops, bounds the MXU; with more rows the flops bound is taken where larger;
+- the latency floor: the call's launch over its steps, plus every collective phase's
+  fixed latency (``phase_seconds`` of an empty payload) times its runs per step;
+
+the binding floor (the largest), and efficiency against it (floor / modeled step).
+Attention's KV reads and vector ops are left out of the core floor: it is a lower
+bound. docs/floors.md explains each figure and its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megakernel.compiler import calibration
+from megakernel.compiler.schedule_collectives import phase_seconds
+from megakernel.compiler.target import Constant
+
+HBM_SUSTAINED = Constant(
+    3.2e12, "B/s", "Inferact/tpu-megakernels README: sustained HBM read per TPU7x core "
+    "(2.9 for a DMA-only loop, 3.05 for their dense ring; platform-facts.md, issue 19)")
+
+
+@dataclass(frozen=True)
+class Floors:
+    hbm_ms: float              # bytes per core at nominal bandwidth
+    hbm_sustained_ms: float    # the same bytes at HBM_SUSTAINED
+    core_ms: float             # MXU weight loads (and dequantisation) per core
+    latency_ms: float          # launch share + collective phase latencies
+    modeled_ms: float          # the cost model's step
+    weights_by_format: tuple[tuple[str, int], ...]   # ("bfloat16.kn", elements per step)
+
+    @property
+    def binding(self) -> str:
+        return max((("hbm", self.hbm_ms), ("core", self.core_ms),
+                    ("latency", self.latency_ms)), key=lambda kv: kv[1])[0]
+
+    @property
+    def floor_ms(self) -> float:
+        return max(self.hbm_ms, self.core_ms, self.latency_ms)
+
+    @property
+    def efficiency(self) -> float:
+        """Binding floor / modeled step."""
+        return self.floor_ms / self.modeled_ms
+
+    @property
+    def hbm_efficiency(self) -> float:
+        """The older yardstick, kept for comparison: HBM floor / modeled step."""
+        return self.hbm_ms / self.modeled_ms
+
+    def lines(self) -> list[str]:
+        fmts = ", ".join(f"{k} {n / 1e6:.1f} M" for k, n in self.weights_by_format)
+        return [
+            f"HBM floor: {self.hbm_ms:.3f} ms at nominal bandwidth, {self.hbm_sustained_ms:.3f} "
+            f"ms at {HBM_SUSTAINED.value / 1e12:.1f} TB/s sustained (Inferact)",
+            f"core floor: {self.core_ms:.3f} ms (MXU weight loads at calibrated rates, "
+            f"compiler/calibration.json; weights per core per step: {fmts or 'none'})",
+            f"latency floor: {self.latency_ms:.3f} ms (launch share + collective phases)",
+            f"binding floor: {self.binding} ({self.floor_ms:.3f} ms); modeled efficiency against "
+            f"it {self.efficiency:.1%} (against the HBM floor {self.hbm_efficiency:.1%})",
+        ]
+
+
+def _weights(plan) -> dict[tuple[str, bool], int]:
+    """(dtype, transposed) -> weight elements one core loads into the MXU per step."""
+    out: dict[tuple[str, bool], int] = {}
+    stream = plan.memory.stream
+
+    def add(dtype, transposed, n):
+        out[(dtype, transposed)] = out.get((dtype, transposed), 0) + n
+
+    for st in stream.stacks:
+        for t in st.tiles:
+            add(t.dtype, t.transposed, t.elements * st.count)
+    for t in stream.head:
+        add(t.dtype, t.transposed, t.elements)
+    for e in plan.memory.experts:
+        count = next(s.count for s in stream.stacks if s.stack == e.stack)
+        add(e.dtype, False, e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * count)
+    return out
+
+
+def core_seconds(plan, cal=None) -> tuple[float, dict]:
+    """(seconds, {format: elements}) of the step's MXU weight loads on one core."""
+    cal = cal or calibration.load()
+    clock, fpc = cal.rate("clock_hz"), cal.rate("flops_per_cycle")
+    rows = plan.memory.rows_padded
+    cycles, by_fmt = 0.0, {}
+    for (dtype, transposed), n in sorted(_weights(plan).items()):
+        where = f"{plan.model.name}.weights[{dtype}]"
+        load = n / cal.weights_per_cycle(dtype, transposed, where)
+        cycles += max(load, 2.0 * rows * n / fpc)
+        key = f"{dtype}.{'nk' if transposed else 'kn'}"
+        by_fmt[key] = by_fmt.get(key, 0) + n
+    return cycles / clock, by_fmt
+
+
+def latency_seconds(plan) -> float:
+    c, t = plan.cost, plan.target
+    fixed = phase_seconds(0, t)          # a phase's latency with an empty payload
+    per_step = sum(site.per_step * plan.collectives.spec(site.spec).phases
+                   for site in plan.collectives.sites)
+    return c.launch_ms / 1e3 / max(c.steps_per_call, 1) + per_step * fixed
+
+
+def floors(plan) -> Floors:
+    c = plan.cost
+    core_s, by_fmt = core_seconds(plan)
+    nbytes = c.floor_bytes_per_core
+    return Floors(nbytes / plan.target.hbm_bw * 1e3, nbytes / HBM_SUSTAINED.value * 1e3,
+                  core_s * 1e3, latency_seconds(plan) * 1e3, c.step_ms,
+                  tuple(sorted(by_fmt.items())))
+
+
+def modeled_compute_ms(cost) -> float:
+    """The cost model's compute side of one step (MXU time + per-op and per-tile
+    overheads of every phase, times its runs): what libtpu's core work checks."""
+    return sum((p.mxu_s + p.overhead_s) * p.per_step for p in cost.phases) * 1e3
