@@ -76,17 +76,20 @@ def _weights(plan) -> dict[tuple[str, bool], int]:
     out: dict[tuple[str, bool], int] = {}
     stream = plan.memory.stream
 
-    def add(dtype, transposed, n):
-        out[(dtype, transposed)] = out.get((dtype, transposed), 0) + n
+    def add(dtype, fmt, transposed, n):
+        # Quantized codes reach the MXU dequantised to the model's dtype
+        # (backends/pallas_tpu/dequant.py): that is the push rate they pay.
+        mxu = dtype if fmt == "plain" else plan.model.dtype.value
+        out[(mxu, transposed)] = out.get((mxu, transposed), 0) + n
 
     for st in stream.stacks:
         for t in st.tiles:
-            add(t.dtype, t.transposed, t.elements * st.count)
+            add(t.dtype, t.format, t.transposed, t.elements * st.count)
     for t in stream.head:
-        add(t.dtype, t.transposed, t.elements)
+        add(t.dtype, t.format, t.transposed, t.elements)
     for e in plan.memory.experts:
         count = next(s.count for s in stream.stacks if s.stack == e.stack)
-        add(e.dtype, False, e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * count)
+        add(e.dtype, e.format, False, e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * count)
     return out
 
 

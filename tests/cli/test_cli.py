@@ -7,12 +7,7 @@ from pathlib import Path
 import pytest
 
 from megakernel.cli import main
-
-
-def run(*argv, capsys):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from tests.cli.helpers import run
 
 
 def test_show_prints_stacks_and_parameters(capsys):

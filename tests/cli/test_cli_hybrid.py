@@ -6,15 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from megakernel.cli import main
+from tests.cli.helpers import run
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "hf" / "qwen3_5"
-
-
-def run(*argv, capsys):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_show_and_plan_the_zoo_cards(capsys):

@@ -3,15 +3,9 @@ checkpoint folder (the committed fixture)."""
 
 from pathlib import Path
 
-from megakernel.cli import main
+from tests.cli.helpers import run
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "hf" / "deepseek_v3"
-
-
-def run(*argv, capsys):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_show_the_zoo_cards(capsys):

@@ -3,13 +3,7 @@ compile writes a folder whose model carries the formats, errors name the flag.""
 
 import pytest
 
-from megakernel.cli import main
-
-
-def run(*argv, capsys):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from tests.cli.helpers import run
 
 
 def test_plan_shows_bytes_per_format(capsys):
