@@ -58,13 +58,12 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
             "step", note="per sequence, the position it may not reach (length limit)")
     embed = shard.global_param("embed.weight")
     add("hbm.embed", Space.HBM, Kind.HBM_WEIGHTS, embed.shape, embed.dtype, "embed.weight",
-        True, "gather", note=f"{embed.channel}; {embed.role}", words=shard.tied)
+        True, "gather", note=f"{embed.channel}; {embed.role}")
     add("final_norm", Space.VMEM, Kind.RESIDENT, (1, model.hidden_size), model.dtype.value,
         "final_norm.weight", False, "vector", note="read once, after the last layer")
-    if not shard.tied:          # a tied head streams the embedding operand itself
-        head = shard.global_param("lm_head.weight")
-        add("hbm.lm_head", Space.HBM, Kind.HBM_WEIGHTS, head.shape, head.dtype, head.name,
-            True, "ring", note=f"{head.channel}; {head.role}", words=True)
+    head = shard.global_param("lm_head.weight")
+    add("hbm.lm_head", Space.HBM, Kind.HBM_WEIGHTS, head.shape, head.dtype, head.name,
+        True, "ring", note=f"{head.channel}; {head.role}", words=True)
     for ss in shard.stacks:
         for p in ss.params:
             shape = (ss.count, 1, *p.shape) if p.channel == "vector" else (ss.count, *p.shape)

@@ -18,11 +18,13 @@ def _mla(c: StackCtx, n) -> list[str]:
     table = f"{mem.buffer(f's{c.s}.{n.name}.inv_freq').ident}[...]" if op.rope else "None"
     bound = mem.bound(c.s, n.name)
     lines = []
+    expanded = mem.geometry_of(c.s, n.name).geometry.form == "expanded"
     for part in ("w_uk", "w_uv"):         # stream order: W_UK, then W_UV, into their buffers
         first, count = c.tiles_of(f"{n.name}.{part}")
+        flip = ", transpose=True" if expanded and part == "w_uk" else ""   # mla.buffers
         lines.append(f"rt.ring_to_ref(stream, {literal(c.s)}, k, "
                      f"S{c.s}_TILES.tiles[{first}:{first + count}], first={literal(first)}, "
-                     f"dst={mem.buffer(bound[part]).ident})")
+                     f"dst={mem.buffer(bound[part]).ident}{flip})")
     lib = c.library("mla")
     lines.append(f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
                  f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {c.appended(n.name, ['latent'])}, "

@@ -13,6 +13,7 @@ the core), chosen by the planner. L = rank + rope_dim values per cached token.
   window       (W, L) cache dtype              the sequence's window of new rows
   window_sems  DMA (1,)
   w_uk         (heads*dn, R) weight dtype      this core's W_UK, from the ring
+                                               ((R, heads*dn), transposed, in the expanded form)
   w_uv         (R, heads*dv) weight dtype      this core's W_UV, from the ring
 ``form`` "absorbed" adds
   q_lat        (M, L) f32          [q_nope_h W_UK_h | q_pe_h] * scale, heads stacked in rows
@@ -161,7 +162,11 @@ def buffers(g: MLAGeometry) -> tuple[Need, ...]:
         Need("window", vmem, (window_rows(g), L), g.cache_dtype,
              "aligned latent rows holding the call's new rows (stored to the output)"),
         Need("window_sems", dma, (1,), "dma_semaphore", "window read/write"),
-        Need("w_uk", vmem, (H * g.nope_dim, R), g.weight_dtype, "this core's W_UK (ring)"),
+        # The expanded form multiplies c_kv by W_UK_h^T: staged transposed once
+        # per layer, every KV tile then pushes it at the full [K, N] rate.
+        Need("w_uk", vmem, (R, H * g.nope_dim) if g.form == "expanded" else (H * g.nope_dim, R),
+             g.weight_dtype, "this core's W_UK (ring)" + (", transposed" if g.form == "expanded"
+                                                          else "")),
         Need("w_uv", vmem, (R, H * g.v_dim), g.weight_dtype, "this core's W_UV (ring)"),
     )
     if g.form == "absorbed":
@@ -287,9 +292,8 @@ def _expanded(g, q_nope, q_pe, new, cache, bufs):
             col = jax.lax.broadcasted_iota(jnp.int32, (RP, keys), 1)
             mask = ((n_tile >= b * T) & (n_tile < b * T + T)
                     & (k0 + col <= pos + n_tile - b * T) & (k0 + col < end))
-            k_nope = jax.lax.dot_general(c_kv, w_uk[pl.ds(h * dn, dn), :],
-                                         (((1,), (1,)), ((), ())), precision=exact,
-                                         preferred_element_type=jnp.float32)
+            k_nope = jnp.dot(c_kv, w_uk[:, pl.ds(h * dn, dn)], precision=exact,
+                             preferred_element_type=jnp.float32)
             v = jnp.dot(c_kv, w_uv[:, pl.ds(h * dv, dv)], precision=exact,
                         preferred_element_type=jnp.float32)
             s = _dot_t(qn[h], k_nope) + _dot_t(qp[h], k_pe)

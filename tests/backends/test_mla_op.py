@@ -34,7 +34,8 @@ YARN = RopeScaling("yarn", 40.0, original_max_position=64, mscale=1.0, mscale_al
 
 def build(g: M.MLAGeometry, layers: int, loop: int, interp):
     """Kernel: `loop` consecutive layers from layer_ref[0]; each copies its
-    W_UK / W_UV into the library's buffers (as the ring does), then attends."""
+    W_UK / W_UV into the library's buffers (as the ring does: W_UK transposed
+    for the expanded form, mla.buffers), then attends."""
     needs = M.buffers(g)
     names = [n.name for n in needs]
 
@@ -43,7 +44,8 @@ def build(g: M.MLAGeometry, layers: int, loop: int, interp):
         bufs = dict(zip(names, scr))
 
         def body(i, c):
-            bufs["w_uk"][...] = uk_ref[i]
+            uk = uk_ref[i]
+            bufs["w_uk"][...] = uk.T if g.form == "expanded" else uk
             bufs["w_uv"][...] = uv_ref[i]
             o_ref[i] = M.attend(g, q_ref[i], kv_ref[i], gate_ref[i] if g.output_gate else None,
                                 norm_ref[i], inv_ref[...] if g.rope else None, pos_ref[...],
