@@ -167,10 +167,6 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
     tensor, the numbers and the core counts that would work."""
     if not (isinstance(cores, int) and 1 <= cores <= 32):
         raise ShardingError(f"devices={cores!r} must be an integer in 1..32", path="shard")
-    if model.tie_embeddings and embed == "replicated":
-        raise ShardingError("a tied embedding doubles as the LM head, which is "
-                            "vocabulary-sharded", path="shard.embed",
-                            hint="use embed='vocab' for models with tie_embeddings")
     ep = _resolve_ep(model, cores, moe_parallel)
     stacks = []
     for i, st in enumerate(model.stacks):

@@ -65,8 +65,10 @@ def step_begin_lines(model, plan) -> list[str]:
 
 
 def _embed_lines(model, plan, tokens: str) -> list[str]:
+    # A replicated table: every core gathers every row itself (no all-reduce).
+    owner = "me, VOCAB_STRIDE" if plan.shard.embed == "vocab" else "0, VOCAB_SIZE"
     lines = ["# node: embed",
-             f"x = rt.gather_embedding({tokens}, embed, embed_rows, embed_sems, me, VOCAB_STRIDE, "
+             f"x = rt.gather_embedding({tokens}, embed, embed_rows, embed_sems, {owner}, "
              f"ROWS, ROWS_PADDED, {dtype_expr(model.dtype.value)})"]
     site = next((s for s in plan.collectives.sites if s.name == "embed.allreduce"), None)
     if site is not None:
