@@ -145,8 +145,9 @@ def render(records: list[dict], summary: dict) -> str:
         "per core; writes etc. in bench.json.",
         "XLA copies: bytes per core XLA copies around the compiled kernel each call (AOT "
         "HLO): with remote DMAs in the kernel",
-        "  it copies the in-place KV caches in and the outputs out (docs/verification.md); "
-        "per step: N=1 one call's copies,",
+        "  it copies every output and aliased operand (docs/verification.md): the KV "
+        "caches are read only, so what is left is the step scalars, next_token and "
+        "whole-access (GDN) state; per step: N=1 one call's copies,",
         "  N=16 the same call's copies over its 16 steps (a 16-step kernel has the same "
         "operands and outputs; AOT-checked",
         "  for tiny-moe/4 and qwen3-32b/8, tests/backends/test_aot_multistep.py).",

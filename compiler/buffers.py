@@ -134,3 +134,6 @@ class Operand:
     # The weight ring's operands hold 32-bit words, rows packed (ring_layout);
     # ``element`` is the dtype the words carry.
     element: str | None = None
+    # An appended state's operand is read only: the plan output holding the
+    # call's new rows (written into the cache after the call); None otherwise.
+    new_rows: str | None = None

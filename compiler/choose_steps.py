@@ -7,13 +7,14 @@ amortised per-call costs fall under ``AMORTISED_SHARE`` of the step, and its
 The rule, from a plan of the same request (N = 1 for ``choose``):
 
     per-call  P = launch (kernel launch + first DMA latency, cost.py)
-                + XLA copies: on 2+ cores XLA copies every aliased state
-                  operand (KV caches, recurrent states) into and out of the
-                  kernel's buffers around each call (docs/verification.md,
-                  measured by ``aot``: at least 2 x the state bytes per
-                  core), each copy read and written at the core's HBM
-                  bandwidth
-    per-step  S = the modeled call without its launch, over its steps
+                + XLA's copies around the call, as the cost model charges
+                  them once per call (``CostReport.copy_bytes`` and
+                  ``copy_ms``, compiler/xla_copies.py: the one-element
+                  step scalars, and on 2+ cores next_token and the
+                  whole-access state in and out; the appended caches are
+                  read only and not copied), each copied byte read and
+                  written at the DMA bandwidth
+    per-step  S = the modeled call without its launch and copies, over its steps
     N         = ceil(P / (AMORTISED_SHARE x S)), at least 1, at most
                 MAX_STEPS_PER_CALL and the room ``max_seq_len`` leaves
 
@@ -29,7 +30,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from megakernel.compiler.layout import itemsize
 from megakernel.compiler.plan import Plan
 from megakernel.compiler.request import MAX_STEPS_PER_CALL
 from megakernel.errors import PlanningError
@@ -44,36 +44,23 @@ AMORTISED_SHARE = 0.05
 class StepsChoice:
     steps: int
     launch_s: float          # modeled, per call
-    copy_bytes: int          # per core per call, both directions (0 on one core)
-    copy_s: float            # modeled: each copied byte read and written once
-    step_s: float            # modeled step without the launch
+    copy_bytes: int          # per core per call (CostReport.copy_bytes)
+    copy_s: float            # modeled, per call (CostReport.copy_ms)
+    step_s: float            # modeled step without the launch and copies
     cap: int                 # the most steps the request allows
     why_one: str = ""        # why N is 1 whatever the costs
 
     def describe(self) -> str:
         if self.why_one:
             return f"{self.steps} ({self.why_one})"
-        copies = (f" + XLA copies {self.copy_bytes / 2**20:.2f} MiB per core "
-                  f"{self.copy_s * 1e6:.1f} us" if self.copy_bytes else "")
+        size = (f"{self.copy_bytes / 2**20:.2f} MiB" if self.copy_bytes >= 2**20
+                 else f"{self.copy_bytes:,} B")
+        copies = (f" + XLA copies {size} per core {self.copy_s * 1e6:.1f} us"
+                  if self.copy_bytes else "")
         capped = f", capped at {self.cap}" if self.steps == self.cap else ""
         return (f"{self.steps} (smallest N with per-call costs / N <= "
                 f"{AMORTISED_SHARE:.0%} of the step: launch {self.launch_s * 1e6:.1f} us"
                 f"{copies} over a {self.step_s * 1e6:.1f} us step, modeled{capped})")
-
-
-def copy_bytes(plan: Plan) -> int:
-    """Bytes per core XLA copies around one call: the aliased state operands in
-    and out, on 2+ cores (a kernel with remote DMAs); none on one core. XLA
-    copies arrays, not VMEM tiles: their logical bytes, not the padded
-    ``nbytes``. A lower bound: some kernels also get small operands copied
-    (measured: tiny-moe/4 1.50 MiB modeled, 1.51 by aot; the hybrid of
-    tests/backends/test_gdn_op.py in bf16 on 2 cores 0.24 modeled, 0.43 by aot,
-    the rest packed weights and vectors)."""
-    if plan.shard.cores < 2:
-        return 0
-    cache = {o.buffer for o in plan.memory.operands if o.role == "cache"}
-    return 2 * sum(math.prod(b.shape) * itemsize(b.dtype)
-                   for b in plan.memory.buffers if b.name in cache)
 
 
 def recommend(plan: Plan, *, context: int | None = None) -> StepsChoice:
@@ -82,10 +69,8 @@ def recommend(plan: Plan, *, context: int | None = None) -> StepsChoice:
     from megakernel.backends.pallas_tpu.steps import STEPPING
 
     model, req, c = plan.model, plan.request, plan.cost
-    launch = c.launch_ms / 1e3
-    step = (c.call_ms - c.launch_ms) / 1e3 / req.steps
-    moved = copy_bytes(plan)
-    copy = 2 * moved / plan.target.hbm_bw
+    launch, copy, moved = c.launch_ms / 1e3, c.copy_ms / 1e3, c.copy_bytes
+    step = (c.call_ms - c.launch_ms - c.copy_ms) / 1e3 / req.steps
     cap = min(MAX_STEPS_PER_CALL, model.max_seq_len - req.tokens - (context or 0) + 1)
     base = dict(launch_s=launch, copy_bytes=moved, copy_s=copy, step_s=step, cap=max(cap, 1))
     why = ""

@@ -27,6 +27,7 @@ from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectivePlan
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
+from megakernel.compiler.xla_copies import copy_bytes
 from megakernel.ir.graph import Model
 from megakernel.registry import Registry
 
@@ -88,6 +89,8 @@ class CostReport:
     steps_per_call: int = 1
     call_ms: float = 0.0        # the whole call: launch once + steps_per_call steps
     launch_ms: float = 0.0      # per call (kernel launch, first DMA latency)
+    copy_bytes: int = 0         # per call: XLA's copies around the kernel (compiler/xla_copies.py)
+    copy_ms: float = 0.0        # per call: their time (read and written at the DMA bandwidth)
     # Per stack, layers 2.. walked one by one before the credit settled (each a
     # tuple of PhaseCost); the stack's remaining layers cost its steady layer.
     walked: tuple = ()
@@ -232,7 +235,8 @@ def _walk(phases, credit: float, cap: float, bw_of, rate: float):
 
 def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
              target: Target, request: PlanRequest, *, timeline: bool = True) -> CostReport:
-    """The modeled call: its launch once, then ``request.steps`` steps; steps
+    """The modeled call: its launch and XLA's copies around it
+    (``compiler/xla_copies.py``) once, then ``request.steps`` steps; steps
     after the first start with the ring credit the previous head left (the
     ring runs on across the step boundary). step_ms is the call over N."""
     from megakernel.compiler.cost_timeline import timeline as make_timeline
@@ -255,10 +259,13 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     # embedding waits no second latency (a later step's gather does).
     launch_costs, _ = _walk(launch, 0.0, cap, bw_of, rate)
     launch_s = sum(p.time_s for p in launch_costs)
+    # Per call, outside the kernel: XLA's copies around it, each read and written.
+    copied = copy_bytes(memory, shard.cores)
+    copies_s = 2 * copied / _bw(target, memory.stream.num_banks)
     opening = [dataclasses.replace(p, stall_s=0.0) if p.name == "embed" else p for p in pre]
     latency = target.constants.dma_latency_s
     first = _walk_step(opening, stacks, head, 0.0, cap, bw_of, rate, latency)
-    call_s = launch_s + first[0]
+    call_s = launch_s + copies_s + first[0]
     if request.steps > 1:
         call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[5], cap, bw_of,
                                                    rate, latency)[0]
@@ -273,7 +280,8 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
                            model) if timeline else ()
     return CostReport(LABEL, step_s * 1e3, request.tokens / step_s, floor_s * 1e3,
                       floor_s / step_s, hbm, floor_bytes, tuple(costs + steady_costs + tail),
-                      events, request.steps, call_s * 1e3, launch_s * 1e3, walked)
+                      events, request.steps, call_s * 1e3, launch_s * 1e3,
+                      copy_bytes=copied, copy_ms=copies_s * 1e3, walked=walked)
 
 
 def _walk_step(pre, stacks, head, credit, cap, bw_of, rate, latency):

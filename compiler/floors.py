@@ -71,25 +71,27 @@ class Floors:
         ]
 
 
-def _weights(plan) -> dict[tuple[str, bool], int]:
-    """(dtype, transposed) -> weight elements one core loads into the MXU per step."""
-    out: dict[tuple[str, bool], int] = {}
+def _weights(plan) -> dict[str, int]:
+    """dtype -> weight elements one core loads into the MXU per step. Every
+    weight is stored [K, N] (the tied LM head as a transposed copy), so every
+    push is at the [K, N] rate."""
+    out: dict[str, int] = {}
     stream = plan.memory.stream
 
-    def add(dtype, fmt, transposed, n):
+    def add(dtype, fmt, n):
         # Quantized codes reach the MXU dequantised to the model's dtype
         # (backends/pallas_tpu/dequant.py): that is the push rate they pay.
         mxu = dtype if fmt == "plain" else plan.model.dtype.value
-        out[(mxu, transposed)] = out.get((mxu, transposed), 0) + n
+        out[mxu] = out.get(mxu, 0) + n
 
     for st in stream.stacks:
         for t in st.tiles:
-            add(t.dtype, t.format, t.transposed, t.elements * st.count)
+            add(t.dtype, t.format, t.elements * st.count)
     for t in stream.head:
-        add(t.dtype, t.format, t.transposed, t.elements)
+        add(t.dtype, t.format, t.elements)
     for e in plan.memory.experts:
         count = next(s.count for s in stream.stacks if s.stack == e.stack)
-        add(e.dtype, e.format, False, e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * count)
+        add(e.dtype, e.format, e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * count)
     return out
 
 
@@ -99,12 +101,11 @@ def core_seconds(plan, cal=None) -> tuple[float, dict]:
     clock, fpc = cal.rate("clock_hz"), cal.rate("flops_per_cycle")
     rows = plan.memory.rows_padded
     cycles, by_fmt = 0.0, {}
-    for (dtype, transposed), n in sorted(_weights(plan).items()):
+    for dtype, n in sorted(_weights(plan).items()):
         where = f"{plan.model.name}.weights[{dtype}]"
-        load = n / cal.weights_per_cycle(dtype, transposed, where)
+        load = n / cal.weights_per_cycle(dtype, False, where)
         cycles += max(load, 2.0 * rows * n / fpc)
-        key = f"{dtype}.{'nk' if transposed else 'kn'}"
-        by_fmt[key] = by_fmt.get(key, 0) + n
+        by_fmt[f"{dtype}.kn"] = by_fmt.get(f"{dtype}.kn", 0) + n
     return cycles / clock, by_fmt
 
 

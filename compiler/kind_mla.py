@@ -125,7 +125,8 @@ def _buffers(cx, node) -> OpLayout:
         v_dim=op.v_head_dim, kv_tile=kv.kv_tile, max_seq_len=cx.model.max_seq_len,
         scale=op.softmax_scale, eps=op.kv_norm_eps, rope=op.rope,
         rope_factor=op.attention_factor(), output_gate=op.output_gate, form=form,
-        cache_dtype=kv.dtype, weight_dtype=weights[f"{node.name}.w_uk"].dtype)
+        cache_dtype=kv.dtype, weight_dtype=weights[f"{node.name}.w_uk"].dtype,
+        steps=cx.request.steps)
     return OpLayout("mla", g, mla.buffers(g), Kind.KV_TILES, mla.value_bytes(g))
 
 

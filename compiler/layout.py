@@ -55,6 +55,23 @@ def word_rows(rows: int, dtype: "DType | str") -> int:
     return rows // per
 
 
+def row_align(dtype: "DType | str") -> int:
+    """Token rows per HBM tile of a cache (8 for 32-bit, 16 for bf16, 32 for
+    8-bit): a DMA into tiled HBM must start on one."""
+    return max(8, 32 // itemsize(dtype))
+
+
+def append_window(rows: int, dtype: "DType | str", seq: int) -> int:
+    """Rows of the aligned window that holds ``rows`` consecutive new cache rows
+    starting anywhere in a sequence of ``seq``: round_up(rows + align - 1,
+    align), or the whole sequence when it is not tile aligned or no shorter.
+    A call's appended rows come back from the kernel as this window per
+    sequence and layer (``window_start`` places it)."""
+    a = row_align(dtype)
+    w = round_up(rows + a - 1, a)
+    return seq if seq % a or w >= seq else w
+
+
 def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 

@@ -113,7 +113,7 @@ def _attention(cx: OpCtx, node) -> OpLayout:
         batch=cx.request.batch, tokens=cx.request.tokens, rows_padded=cx.rows_padded,
         q_heads=q_l, kv_heads=kv_l, head_dim=op.head_dim, kv_tile=k.kv_tile,
         max_seq_len=cx.model.max_seq_len, scale=op.softmax_scale, window=op.sliding_window,
-        cache_dtype=k.dtype, softcap=op.logit_softcap, sinks=op.sinks)
+        cache_dtype=k.dtype, softcap=op.logit_softcap, sinks=op.sinks, steps=cx.request.steps)
     return OpLayout("attention", g, attention.buffers(g), Kind.KV_TILES,
                     attention.value_bytes(g))
 

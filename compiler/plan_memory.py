@@ -22,7 +22,7 @@ from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Opera
 from megakernel.compiler.layout import LANES, itemsize, mib, round_up, sublanes, values_bytes
 from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, sized
 from megakernel.compiler.plan_operands import operand_buffers, step_buffers
-from megakernel.compiler.ring_layout import WORD, RingLayout, ring_layout
+from megakernel.compiler.ring_layout import RingLayout, ring_layout
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectiveSpec
 from megakernel.compiler.shard import ShardPlan
@@ -267,11 +267,9 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
                     (g.num_banks, ring.sems_per_bank), "dma_semaphore", 0, last,
                     "[bank, piece]: each piece of a folded tile waited for on its own"))
     # A DMA along the tiled row axis must start on a tile: each token's row
-    # arrives inside its aligned block of `sublanes` rows (of words, when the
-    # embedding is also the LM head and so streams through the word ring).
-    gather = WORD if shard.tied else dt
+    # arrives inside its aligned block of `sublanes` rows.
     table.add(sized("embed.rows", Space.VMEM, Kind.ACTIVATION,
-                    (rows, sublanes(gather), model.hidden_size), gather, 0, index["embed"],
+                    (rows, sublanes(dt), model.hidden_size), dt, 0, index["embed"],
                     "per token, the aligned block of rows holding its embedding row"))
     table.add(sized("embed.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "dma_semaphore",
                     0, index["embed"], "row gathers"))

@@ -5,7 +5,13 @@ inputs in SMEM, the final norm and constant tables in VMEM, weights and
 caches in HBM with their per-core shapes: a stack's weights stacked over its
 layers, vectors as [layers, 1, n]) and the ``next_token`` output; the returned
 ``Operand`` list gives the call order, where each comes from and whether it is
-split over the cores. Caches are aliased to outputs 1.. (updated in place).
+split over the cores. Appended-row state (attention K/V, the MLA latent
+cache) is a read-only operand: the kernel returns each sequence's window of
+the call's new rows in an HBM output ``new.<cache>`` (after ``next_token``),
+written into the donated cache after the call in the same jit
+(backends/pallas_tpu/new_rows.py), because XLA copies every aliased operand
+of a communicating kernel in and out around each call. Whole-access state is
+aliased to an output (updated in place).
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from megakernel.compiler.buffers import Kind, Operand, Space
-from megakernel.compiler.layout import LANES, word_rows
+from megakernel.compiler.layout import LANES, append_window, word_rows
+from megakernel.ir.types import APPEND
 from megakernel.compiler.plan_buffers import BufferTable, sized
 from megakernel.compiler.ring_layout import WORD
 from megakernel.registry import Registry
@@ -31,14 +38,14 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
     out: list[Operand] = []
 
     def add(name, space, kind, shape, dtype, source, sharded, role, stack=None, note="",
-            words=False):
+            words=False, new_rows=None):
         element = None
         if words:          # streamed through the ring: 32-bit words, rows packed
             element, dtype = dtype, WORD
             shape = (*shape[:-2], word_rows(shape[-2], element), shape[-1])
             note = f"{note}; {element} packed as 32-bit words along rows"
         table.add(sized(name, space, kind, shape, dtype, *whole, note, role="operand"))
-        out.append(Operand(name, source, sharded, role, stack, element))
+        out.append(Operand(name, source, sharded, role, stack, element, new_rows))
 
     add("tokens", Space.SMEM, Kind.SCALARS, (request.rows,), "int32", "tokens", False, "step",
         note="token ids of the step's rows")
@@ -51,13 +58,12 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
             "step", note="per sequence, the position it may not reach (length limit)")
     embed = shard.global_param("embed.weight")
     add("hbm.embed", Space.HBM, Kind.HBM_WEIGHTS, embed.shape, embed.dtype, "embed.weight",
-        True, "gather", note=f"{embed.channel}; {embed.role}", words=shard.tied)
+        True, "gather", note=f"{embed.channel}; {embed.role}")
     add("final_norm", Space.VMEM, Kind.RESIDENT, (1, model.hidden_size), model.dtype.value,
         "final_norm.weight", False, "vector", note="read once, after the last layer")
-    if not shard.tied:          # a tied head streams the embedding operand itself
-        head = shard.global_param("lm_head.weight")
-        add("hbm.lm_head", Space.HBM, Kind.HBM_WEIGHTS, head.shape, head.dtype, head.name,
-            True, "ring", note=f"{head.channel}; {head.role}", words=True)
+    head = shard.global_param("lm_head.weight")
+    add("hbm.lm_head", Space.HBM, Kind.HBM_WEIGHTS, head.shape, head.dtype, head.name,
+        True, "ring", note=f"{head.channel}; {head.role}", words=True)
     for ss in shard.stacks:
         for p in ss.params:
             shape = (ss.count, 1, *p.shape) if p.channel == "vector" else (ss.count, *p.shape)
@@ -71,18 +77,35 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
                 add(f"s{ss.stack}.{n.name}.{suffix}", Space.VMEM, Kind.RESIDENT, t.shape,
                     "float32", f"{n.name}.{suffix}", False, "constant", ss.stack,
                     "constant table")
+    windows = []        # (output name, shape, dtype, note) of each appended state
     for st, ss in zip(model.stacks, shard.stacks):
         for s in ss.states:
             spec = st.layer.node(s.node).op.state(request.batch, model.max_seq_len,
                                                   model.dtype)[s.name]
-            add(f"hbm.s{ss.stack}.{s.node}.{s.name}", Space.HBM, Kind.HBM_CACHE,
-                (ss.count, *s.layout(spec.shape)), spec.dtype.value, f"{s.node}.{s.name}",
-                True, "cache", ss.stack, f"{s.access} state, updated in place (aliased)")
+            name, shape = f"s{ss.stack}.{s.node}.{s.name}", (ss.count, *s.layout(spec.shape))
+            if s.access != APPEND:
+                add(f"hbm.{name}", Space.HBM, Kind.HBM_CACHE, shape, spec.dtype.value,
+                    f"{s.node}.{s.name}", True, "cache", ss.stack,
+                    f"{s.access} state, updated in place (aliased)")
+                continue
+            rows = append_window(request.tokens * request.steps, spec.dtype.value,
+                                 model.max_seq_len)
+            add(f"hbm.{name}", Space.HBM, Kind.HBM_CACHE, shape, spec.dtype.value,
+                f"{s.node}.{s.name}", True, "cache", ss.stack,
+                f"{s.access} state, read only (new rows come back in new.{name})",
+                new_rows=f"new.{name}")
+            windows.append((f"new.{name}", (*shape[:2], rows, *shape[3:]), spec.dtype.value,
+                            f"per layer and sequence, the aligned {rows} rows holding the "
+                            f"call's {request.tokens * request.steps} new rows of {name}; "
+                            "written into the cache after the call, in the same jit"))
     note = ("greedy next token of each row (broadcast over lanes)" if request.steps == 1 else
             "lane i: row's greedy token of step i (end_id once stopped); later lanes repeat "
             "the last step's")
     table.add(sized("next_token", Space.VMEM, Kind.SCALARS, (rows_p, LANES), "int32", *whole,
                     note, role="output"))
+    for name, shape, dtype, text in windows:
+        table.add(sized(name, Space.HBM, Kind.HBM_OUTPUT, shape, dtype, *whole, text,
+                        role="output"))
     return tuple(out)
 
 

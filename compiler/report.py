@@ -52,7 +52,10 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
     out.append((f"Step time: {LABEL}", [
         f"modeled step time: {c.step_ms:.3f} ms per step",
         f"steps per call: {c.steps_per_call} (modeled call {c.call_ms:.3f} ms: launch "
-        f"{c.launch_ms:.3f} ms once, the steps' costs {c.steps_per_call} times)",
+        f"{c.launch_ms:.3f} ms and XLA's copies {c.copy_ms:.3f} ms once, the steps' costs "
+        f"{c.steps_per_call} times)",
+        f"XLA copies around the call: {_size(c.copy_bytes)} per core per call (modeled, "
+        "compiler/xla_copies.py; `megakernel aot` lists the compiler's)",
         *_steps_rule(plan),
         f"modeled tokens/s per user: {c.tokens_per_s_per_user:,.1f}",
         f"HBM floor: {c.floor_ms:.3f} ms ({c.floor_bytes_per_core / 1e9:.3f} GB read per core "

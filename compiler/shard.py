@@ -167,10 +167,6 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
     tensor, the numbers and the core counts that would work."""
     if not (isinstance(cores, int) and 1 <= cores <= 32):
         raise ShardingError(f"devices={cores!r} must be an integer in 1..32", path="shard")
-    if model.tie_embeddings and embed == "replicated":
-        raise ShardingError("a tied embedding doubles as the LM head, which is "
-                            "vocabulary-sharded", path="shard.embed",
-                            hint="use embed='vocab' for models with tie_embeddings")
     ep = _resolve_ep(model, cores, moe_parallel)
     stacks = []
     for i, st in enumerate(model.stacks):
@@ -196,9 +192,12 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
     globals_ = [ParamShard("embed.weight", (v, h), dt, embed_splits, "gather",
                            "vocab rows" if embed_splits else "replicated"),
                 ParamShard("final_norm.weight", (h,), dt, (), "resident", "replicated")]
-    if not model.tie_embeddings:
-        globals_.append(ParamShard("lm_head.weight", (h, v), dt,
-                                   (Split(1, cores, 1, stride, local),), "ring", "vocab columns"))
+    # A tied head is a second copy of the embedding, stored transposed
+    # ([hidden, vocab]): streamed [vocab, hidden] it would reach the MXU as
+    # transposed pushes, which run at half rate (docs/floors.md). HBM has room.
+    globals_.append(ParamShard("lm_head.weight", (h, v), dt, (Split(1, cores, 1, stride, local),),
+                               "ring", "vocab columns" + ("; the tied embedding, transposed"
+                                                          if model.tie_embeddings else "")))
     return ShardPlan(cores, tuple(stacks), tuple(globals_), stride, local, v, embed,
                      model.tie_embeddings, ep)
 
@@ -218,7 +217,7 @@ def shard_weights(model: Model, plan: ShardPlan,
     for name, p in plan.full_names():
         if p.scale_of:           # cut with its weight (a quantize.Packed) below
             continue
-        full = weights[name]
+        full = head_of(weights) if name == "lm_head.weight" and plan.tied else weights[name]
         if tuple(full.shape) != p.full_shape:
             raise ShardingError(f"weight has shape {tuple(full.shape)}, expected "
                                 f"{p.full_shape}", path=f"shard.{name}")
@@ -227,6 +226,11 @@ def shard_weights(model: Model, plan: ShardPlan,
             if isinstance(full, Packed):
                 out[core][name + "_scale"] = out[core][name].scales
     return out
+
+
+def head_of(weights: dict[str, np.ndarray]) -> np.ndarray:
+    """The LM head a tied model streams: its embedding, transposed."""
+    return np.ascontiguousarray(weights["embed.weight"].T)
 
 
 def gather_weights(model: Model, plan: ShardPlan,
@@ -244,6 +248,10 @@ def gather_weights(model: Model, plan: ShardPlan,
         if p.scale_of:
             continue
         out[name] = _gather(p, [c[name] for c in per_core], name)
+    if plan.tied:           # the head is derived from the embedding, not a weight
+        if not np.array_equal(out.pop("lm_head.weight"), head_of(out)):
+            raise ShardingError("the tied LM head differs from the embedding",
+                                path="shard.lm_head.weight")
     return out
 
 

@@ -12,8 +12,8 @@ the stream runs ahead across op, layer and stack boundaries into the LM head.
 Tiles of a [in, out] matrix are row blocks (the matmul accumulates over them);
 a matrix whose sublane-high row block does not fit a bank is cut into column
 blocks first. LM head tiles are column blocks of the vocabulary covering the
-whole contraction, so each finished block is one slice of logits; for a tied
-head the stored [vocab, hidden] embedding is cut into vocabulary row blocks.
+whole contraction, so each finished block is one slice of logits (a tied
+head too: it streams a [hidden, vocab] copy of the embedding).
 Routed experts are not in the ring: after routing, each selected expert is
 fetched as ``chunks`` intermediate slices (gate/up columns + down rows) through
 K expert slots, slice n of the layer going to slot n % K.
@@ -38,8 +38,7 @@ from megakernel.ir.graph import body_global_name
 @dataclass(frozen=True)
 class Tile:
     """Rows [row0, row0+rows) x cols [col0, col0+cols) of the per-core weight
-    ``param`` (layer-local name, or global for the LM head). ``transposed``:
-    the weight is stored [out, in] (tied LM head), so rows are outputs."""
+    ``param`` (layer-local name, or global for the LM head), stored [in, out]."""
 
     param: str
     row0: int
@@ -47,7 +46,6 @@ class Tile:
     col0: int
     cols: int
     dtype: str
-    transposed: bool = False
     # a quantized weight's codes: megakernel/formats.py
     format: str = dataclasses.field(default="plain", metadata={OMIT_DEFAULT: True})
 
@@ -223,10 +221,10 @@ def _spans(extent: int, block: int, quantum: int) -> list[tuple[int, int]]:
 def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
                 kind: str = "weight", quantum: int = 1) -> tuple[Tile, ...]:
     """Tiles of a per-core [rows, cols] matrix for banks of ``bank`` bytes.
-    kind: "weight" (row blocks), "head" (vocab column blocks, whole contraction),
-    "tied_head" (stored [vocab, hidden]: vocab row blocks). Row blocks of a
-    "weight" are whole multiples of ``quantum`` rows too (a quantized weight's
-    scale groups, megakernel/formats.py ``row_quantum``)."""
+    kind: "weight" (row blocks), "head" (vocab column blocks, whole
+    contraction). Row blocks of a "weight" are whole multiples of ``quantum``
+    rows too (a quantized weight's scale groups, megakernel/formats.py
+    ``row_quantum``). Column-major order: a column block's rows are adjacent."""
     # In bits: the ring holds 4-bit codes two to a byte (packed in words).
     item, sub, bank = dtypes.of(dtype).bits, sublanes(dtype), 8 * bank
     sub = math.lcm(sub, quantum)
@@ -237,24 +235,14 @@ def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
         else:
             cb = max(bank // (sub * item) // LANES * LANES, LANES)
             rb = bank // (cb * item) // sub * sub
-        row_q, col_q, row_outer = sub, LANES, False
-    elif kind == "head":
+    else:
         if sub_rows * LANES * item <= bank:
             rb, cb = rows, bank // (sub_rows * item) // LANES * LANES
         else:
             rb, cb = bank // (LANES * item) // sub * sub, LANES
-        row_q, col_q, row_outer = sub, LANES, False
-    else:
-        if LANES * lane_cols * item <= bank:
-            rb, cb = bank // (lane_cols * item) // LANES * LANES, cols
-        else:
-            rb, cb = LANES, bank // (LANES * item) // LANES * LANES
-        row_q, col_q, row_outer = LANES, LANES, True
-    rspans, cspans = _spans(rows, rb, row_q), _spans(cols, cb, col_q)
-    pairs = ([(r, c) for r in rspans for c in cspans] if row_outer
-             else [(r, c) for c in cspans for r in rspans])
-    return tuple(Tile(name, r0, nr, c0, nc, dtype, kind == "tied_head")
-                 for (r0, nr), (c0, nc) in pairs)
+    rspans, cspans = _spans(rows, rb, sub), _spans(cols, cb, LANES)
+    return tuple(Tile(name, r0, nr, c0, nc, dtype)
+                 for c0, nc in cspans for r0, nr in rspans)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -300,12 +288,11 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
         stacks.append(StackStream(st.stack, st.start, st.count, st.period, offset, tuple(tiles),
                                   tuple(nodes)))
         offset += st.count * len(tiles)
-    name, kind = ("embed.weight", "tied_head") if shard.tied else ("lm_head.weight", "head")
-    p = shard.global_param(name)
-    key = (p.name, *p.shape, p.dtype, bank_bytes, kind)
+    p = shard.global_param("lm_head.weight")
+    key = (p.name, *p.shape, p.dtype, bank_bytes, "head")
     head = tile_matrix(*key)
     nbytes, elements = _totals(*key)
-    block = head[0].rows if shard.tied else head[0].cols
+    block = head[0].cols
     return WeightStream(bank_bytes, num_banks, tuple(stacks), head, offset, block, nbytes,
                         elements)
 

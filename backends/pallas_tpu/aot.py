@@ -104,7 +104,7 @@ def hbm_copies(compiled) -> list[str]:
 
 
 def aot_compile(out_dir_or_module, plan, *, topology: str = "tpu7x:2x2x1",
-                with_logits: bool = False) -> AotResult:
+                with_logits: bool = False, write_back: bool = True) -> AotResult:
     from megakernel.backends.pallas_tpu import load
 
     module = out_dir_or_module
@@ -120,7 +120,11 @@ def aot_compile(out_dir_or_module, plan, *, topology: str = "tpu7x:2x2x1",
     t0 = time.perf_counter()
     try:
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-            step = module.make_step(mesh, interpret=False, with_logits=with_logits)
+            # Operands laid out as the kernel takes them (a TPU runner puts
+            # its arrays, the weights once, in ``compiled.input_formats``):
+            # otherwise XLA relays out the [L, 1, n] vectors on every call.
+            step = module.make_step(mesh, interpret=False, with_logits=with_logits,
+                                    auto_layouts=True, write_back=write_back)
             compiled = step.trace(*args).lower().compile()
     except Exception as err:  # noqa: BLE001 - re-raised with the generated location
         raise load.located(err, module.__file__, f"AOT compile for {topology}") from err

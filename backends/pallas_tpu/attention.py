@@ -3,38 +3,48 @@
 Contract (the planner and the emitter use exactly these):
 
 ``AttentionGeometry(batch, tokens, rows_padded, q_heads, kv_heads, head_dim,
-kv_tile, max_seq_len, scale, window, cache_dtype, softcap, sinks)`` - static
+kv_tile, max_seq_len, scale, window, cache_dtype, softcap, sinks, steps)`` - static
 geometry of one attention node on one core (heads LOCAL to the core), chosen
 by the planner. Row ``n = b*tokens + t``; rows ``>= batch*tokens`` are padding.
 ``softcap``: scaled scores s -> softcap * tanh(s / softcap) before the mask;
 ``sinks``: ``attend`` takes each local head's sink logit, which joins every
-softmax denominator (the online softmax starts from it: m = sink, l = 1).
+softmax denominator (the online softmax starts from it: m = sink, l = 1);
+``steps``: decode steps per call.
 
 ``buffers(g)`` - the VMEM buffers and semaphores ``attend`` needs, by argument
 name (the planner records them in the plan; the kernel declares the plan's):
   k_tiles, v_tiles  (2, kv_tile, HD) cache dtype   K / V tile double buffers
   tile_sems         DMA (2, 2)                     [k|v, slot]
-  window            (2, W, HD) cache dtype         cache write window, k|v
-  window_sems       DMA (2,)                       window read/write, k|v
+  window            (2, W, HD) cache dtype         the sequence's window of new rows, k|v
+  window_sems       DMA (2,)                       window load/store, k|v
   q_scaled          (kv_heads, G*RP, D) f32        scaled q, group heads stacked in rows
   m, l              (kv_heads, G*RP, 1) f32        online-softmax running max, denominator
   acc, out          (kv_heads, G*RP, D) f32        running numerator, finished rows
 with HD = kv_heads*head_dim, G = q_heads // kv_heads, RP = rows_padded and
-W = window_rows(g).
+W = window_rows(g): the aligned rows holding the call's tokens*steps new rows.
 
-``attend(g, q, k, v, k_cache, v_cache, layer, start_ref, **buffers, sinks=None) -> out`` -
-q [RP, Hq*D] f32 (roped), k/v [RP, HD] f32 values; caches are HBM refs
-[L, batch, max_seq_len, HD]; layer a traced int32; start_ref SMEM [batch] int32;
+``attend(g, q, k, v, k_cache, v_cache, k_new, v_new, layer, start_ref,
+origin_ref, first, **buffers, sinks=None, stopped=None) -> out`` - q [RP,
+Hq*D] f32 (roped), k/v [RP, HD] f32 values; caches are READ-ONLY HBM refs [L,
+batch, max_seq_len, HD]; k_new/v_new the kernel's HBM outputs [L, batch, W,
+HD] (backends/pallas_tpu/new_rows.py writes them into the caches after the
+call); layer a traced int32; start_ref SMEM [batch] int32 (this step's
+positions), origin_ref SMEM [batch] (the call's first positions: they place
+the window, ``window_start``), first: the call's first step (bool or traced);
 sinks [1, q_heads] f32 (with ``g.sinks``); stopped SMEM [batch] int32 (a
-multi-step call: sequences with stopped[b] != 0 keep their cache unwritten).
-Writes new k/v at positions start[b]+t, then attends over cache positions
-j <= start[b]+t (and j > start[b]+t-window), returns [RP, Hq*D] f32 (padding
-rows 0). Every DMA is waited before return, so it can run once per layer in a
+multi-step call: sequences with stopped[b] != 0 write no new rows). Puts new
+k/v at positions start[b]+t of the window (loaded from the cache on the first
+step, else from the output), stores it, then attends over positions j <=
+start[b]+t (and j > start[b]+t-window): cache tiles for j < the window's
+start, the window in VMEM for the rest. Returns [RP, Hq*D] f32 (padding rows
+0). Every DMA is waited before return, so it can run once per layer in a
 fori_loop. Requires start[b] + tokens <= max_seq_len (the reference clamps).
 
-Why this shape: a DMA into HBM at an unaligned token row is rejected by Mosaic
-(HBM is tiled (8,128) f32 / (16,128) bf16), so the write is a read-modify-write
-of an aligned W-row window (verified in /tmp/proto/p2_kv.py). Queries of all
+Why this shape: a kernel that does remote DMAs gets its aliased operands
+copied by XLA around every call, so the cache is only read here and the new
+rows leave as a small output (new_rows.py). A DMA at an unaligned token row of
+tiled HBM (8,128) f32 / (16,128) bf16 is rejected by Mosaic, so the new rows
+travel in an aligned W-row window. Queries of all
 sequences are kept as one [G*RP, D] block per kv head and rows of other
 sequences are masked: extra LHS rows are ~free on the MXU at decode sizes and it
 avoids any dynamic sublane slicing. Math is f32 (HIGHEST) like the reference.
@@ -51,6 +61,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.activations import softcap
+from megakernel.backends.pallas_tpu import new_rows
+from megakernel.compiler import layout
 from megakernel.compiler.buffers import Need, Space
 from megakernel.compiler.plan_json import GEOMETRIES
 from megakernel.errors import PlanningError
@@ -75,6 +87,7 @@ class AttentionGeometry:
     cache_dtype: str
     softcap: float | None = None
     sinks: bool = False
+    steps: int = 1          # decode steps per call: the window holds tokens*steps new rows
 
     def __post_init__(self):
         _require(self.rows_padded >= self.batch * self.tokens and self.rows_padded % 8 == 0,
@@ -102,18 +115,20 @@ def _require(ok: bool, message: str) -> None:
 
 def row_align(dtype) -> int:
     """Token rows per HBM tile: 8 for 32-bit, 16 for bf16, 32 for 8-bit."""
-    return max(8, 32 // np.dtype(dtype).itemsize)
+    return layout.row_align(str(dtype))
 
 
 def window_rows(g: AttentionGeometry) -> int:
-    """Rows of the write window: any T rows starting anywhere fit in an
-    aligned window of round_up(T + align - 1, align) rows. When the sequence
-    length is not tile aligned, the window is the whole sequence (w0 = 0)."""
-    a = row_align(g.cache_dtype)
-    w = -(-(g.tokens + a - 1) // a) * a
-    if g.max_seq_len % a or w >= g.max_seq_len:
-        return g.max_seq_len
-    return w
+    """Rows of a sequence's window of new rows (the call's tokens x steps,
+    starting anywhere; ``compiler.layout.append_window``)."""
+    return layout.append_window(g.tokens * g.steps, g.cache_dtype, g.max_seq_len)
+
+
+def window_start(g: AttentionGeometry, origin):
+    """First cache row of the window of a sequence whose call starts at ``origin``."""
+    wr, a = window_rows(g), row_align(g.cache_dtype)
+    w0 = new_rows.window_start(origin, wr, a, g.max_seq_len)
+    return w0 if wr >= g.max_seq_len else pl.multiple_of(w0, a)
 
 
 SCORE_BYTES = 64 * 1024    # one [group rows, keys] f32 score block, at most
@@ -132,7 +147,7 @@ def value_bytes(g: AttentionGeometry) -> int:
     """Bytes of values ``attend`` holds at its peak (one score block: the K and
     V head slices in f32, ~6 [G*rows, keys] arrays of scores and masks, q/out):
     Mosaic keeps them in VMEM beside the declared buffers."""
-    gr, sub = g.group * g.rows_padded, score_cols(g)
+    gr, sub = g.group * g.rows_padded, max(score_cols(g), window_rows(g))
     capped = gr * sub if g.softcap is not None else 0      # the soft-capped scores
     return 4 * (2 * sub * g.head_dim + 6 * gr * sub + 2 * gr * g.head_dim + capped)
 
@@ -163,35 +178,22 @@ def _row_of(shape, rows_padded, group):
     return jnp.concatenate([one] * group, axis=0) if group > 1 else one
 
 
-def _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem):
-    """Read-modify-write the aligned window holding rows pos..pos+T-1 of seq b."""
+def _window(g, k, v, caches, news, layer, b, pos, w0, first, win, wsem, live):
+    """The sequence's window of this call's rows, in ``win`` [k|v] (VMEM) and
+    stored to the new-rows outputs: loaded, this step's rows put in unless the
+    sequence stopped (``live`` false), stored."""
     wr = window_rows(g)
-    a = row_align(g.cache_dtype)
-    if wr == g.max_seq_len:
-        w0 = 0
-    else:
-        w0 = pl.multiple_of(jnp.minimum((pos // a) * a, g.max_seq_len - wr), a)
-    caches = (k_cache, v_cache)
-    rd = [pltpu.make_async_copy(c.at[layer, b, pl.ds(w0, wr), :], win.at[j], wsem.at[j])
-          for j, c in enumerate(caches)]
-    for c in rd:
-        c.start()
-    for c in rd:
-        c.wait()
-    wrow = jax.lax.broadcasted_iota(jnp.int32, (wr, g.width), 0)
-    nrow = jax.lax.broadcasted_iota(jnp.int32, (g.rows_padded, g.width), 0)
-    for j, new in enumerate((k, v)):
-        w = win[j].astype(jnp.float32)
-        for t in range(g.tokens):   # T is small; row b*T+t picked by a masked sum (exact)
-            row = jnp.sum(jnp.where(nrow == b * g.tokens + t, new, 0.0), axis=0, keepdims=True)
-            w = jnp.where(wrow == pos - w0 + t, row, w)
-        win[j] = w.astype(win.dtype)
-    wb = [pltpu.make_async_copy(win.at[j], c.at[layer, b, pl.ds(w0, wr), :], wsem.at[j])
-          for j, c in enumerate(caches)]
-    for c in wb:
-        c.start()
-    for c in wb:
-        c.wait()            # the tile reads below must see the new rows
+    for j in range(2):
+        new_rows.load_window(caches[j].at[layer, b, pl.ds(w0, wr), :], news[j].at[layer, b],
+                             win.at[j], wsem.at[j], first)
+
+    def put():
+        for j, new in enumerate((k, v)):
+            new_rows.put_rows(new, win.at[j], pos - w0, b * g.tokens, g.tokens)
+
+    new_rows.when(live, put)
+    for j in range(2):
+        new_rows.store_window(win.at[j], news[j].at[layer, b], wsem.at[j])
 
 
 def _sink_rows(g: AttentionGeometry, sinks, h: int):
@@ -202,13 +204,13 @@ def _sink_rows(g: AttentionGeometry, sinks, h: int):
     return jnp.concatenate(parts, axis=0) if g.group > 1 else parts[0]
 
 
-def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *, k_tiles,
-           v_tiles, tile_sems, window, window_sems, q_scaled, m, l, acc, out,  # noqa: E741
-           sinks=None, stopped=None):
+def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, k_new, v_new, layer, start_ref,
+           origin_ref, first, *, k_tiles, v_tiles, tile_sems, window, window_sems, q_scaled,
+           m, l, acc, out, sinks=None, stopped=None):  # noqa: E741
     kbuf, vbuf, tsem, win, wsem = k_tiles, v_tiles, tile_sems, window, window_sems
     q_s, m_s, l_s, acc_s, o_s = q_scaled, m, l, acc, out
     D, G, RP, St, T = g.head_dim, g.group, g.rows_padded, g.kv_tile, g.tokens
-    GR = G * RP
+    GR, W = G * RP, window_rows(g)
     # Scaled queries, the G heads of kv head h stacked along rows (aligned: RP % 8 == 0).
     for h in range(g.kv_heads):
         parts = [q[:, (h * G + j) * D:(h * G + j + 1) * D] for j in range(G)]
@@ -223,20 +225,61 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *,
                 pltpu.make_async_copy(v_cache.at[layer, b, pl.ds(s0, St), :],
                                       vbuf.at[slot], tsem.at[1, slot]))
 
+    def score(b, pos, k0, keys, kv, below):
+        """Online softmax over ``keys`` keys from position k0: kv(h, j0, sub)
+        -> (K, V) [sub, D] of kv head h; keys at or past ``below`` are not
+        read (their rows may hold anything)."""
+        # Scored in column blocks of `sub` keys, each made and used in turn,
+        # with its masks built here rather than hoisted out of the loops:
+        # Mosaic holds every live value in VMEM beside the declared buffers,
+        # so this bounds them (``value_bytes``).
+        sub = score_cols(g) if keys == St else keys
+        for j0 in range(0, keys, sub):
+            n_tile = _row_of((GR, sub), RP, G)
+            mine = (n_tile >= b * T) & (n_tile < b * T + T)      # rows of sequence b
+            q_pos = pos + n_tile - b * T
+            k_pos = k0 + j0 + jax.lax.broadcasted_iota(jnp.int32, (GR, sub), 1)
+            mask = mine & (k_pos <= q_pos) & (k_pos < below)
+            if g.window is not None:
+                mask = mask & (k_pos > q_pos - g.window)
+            v_ok = (k0 + j0 + jax.lax.broadcasted_iota(jnp.int32, (sub, 1), 0)) < below
+            for h in range(g.kv_heads):
+                kh, vh = kv(h, j0, sub)
+                vh = jnp.where(v_ok, vh.astype(jnp.float32), 0.0)
+                s = jax.lax.dot_general(q_s[h], kh.astype(jnp.float32), (((1,), (1,)), ((), ())),
+                                        precision=HI, preferred_element_type=jnp.float32)
+                if g.softcap is not None:
+                    s = softcap(s, g.softcap)
+                s = jnp.where(mask, s, NEG)
+                m_old = m_s[h]
+                m_new = jnp.maximum(m_old, jnp.max(s, axis=-1, keepdims=True))
+                alpha = jnp.exp(m_old - m_new)
+                # explicit zero: a row with no visible key in this block adds nothing
+                p = jnp.where(mask, jnp.exp(s - m_new), 0.0)
+                l_s[h] = alpha * l_s[h] + jnp.sum(p, axis=-1, keepdims=True)
+                acc_s[h] = alpha * acc_s[h] + jnp.dot(p, vh, precision=HI,
+                                                      preferred_element_type=jnp.float32)
+                m_s[h] = m_new
+
     def seq_body(b, carry):
         pos = start_ref[b]
-        if stopped is None:
-            _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem)
-        else:       # a multi-step call leaves a stopped sequence's cache alone
-            @pl.when(stopped[b] == 0)
-            def _():
-                _write_cache(g, k, v, k_cache, v_cache, layer, b, pos, win, wsem)
+        w0 = window_start(g, origin_ref[b])
+        live = True if stopped is None else stopped[b] == 0   # a stopped sequence writes nothing
+        _window(g, k, v, (k_cache, v_cache), (k_new, v_new), layer, b, pos, w0, first, win,
+                wsem, live)
         n_valid = pos + T
-        hi = (n_valid + St - 1) // St
+        # The cache holds keys before the window (this call's rows are in the
+        # window only); the window holds the rest, up to n_valid.
+        below = jnp.minimum(n_valid, w0)
+        hi = (below + St - 1) // St
         # With a window the earliest visible key is pos - window + 1 (query t = 0).
         lo = 0 if g.window is None else jnp.maximum(pos - g.window + 1, 0) // St
-        for c in tile_copies(b, lo, lo % 2):
-            c.start()
+
+        @pl.when(lo < hi)
+        def _():
+            for c in tile_copies(b, lo, lo % 2):
+                c.start()
+
         if g.sinks:     # the sink is one more key with no value: e^(sink - m) in l
             for h in range(g.kv_heads):
                 m_s[h] = _sink_rows(g, sinks, h)
@@ -256,42 +299,15 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, layer, start_ref, *,
 
             for c in tile_copies(b, i, slot):
                 c.wait()
-            # The tile is scored in column blocks of `sub` keys, each made and
-            # used in turn, with its masks built here rather than hoisted out of
-            # the loops: Mosaic holds every live value in VMEM beside the
-            # declared buffers, so this bounds them (``value_bytes``).
-            sub = score_cols(g)
-            for j0 in range(0, St, sub):
-                n_tile = _row_of((GR, sub), RP, G)
-                mine = (n_tile >= b * T) & (n_tile < b * T + T)      # rows of sequence b
-                q_pos = pos + n_tile - b * T
-                k_pos = i * St + j0 + jax.lax.broadcasted_iota(jnp.int32, (GR, sub), 1)
-                mask = mine & (k_pos <= q_pos)
-                if g.window is not None:
-                    mask = mask & (k_pos > q_pos - g.window)
-                # rows past the cache end may hold anything
-                v_ok = (i * St + j0 + jax.lax.broadcasted_iota(jnp.int32, (sub, 1), 0)) < n_valid
-                for h in range(g.kv_heads):
-                    kh = kbuf[slot, pl.ds(j0, sub), pl.ds(h * D, D)].astype(jnp.float32)
-                    vh = jnp.where(v_ok, vbuf[slot, pl.ds(j0, sub), pl.ds(h * D, D)]
-                                   .astype(jnp.float32), 0.0)
-                    s = jax.lax.dot_general(q_s[h], kh, (((1,), (1,)), ((), ())),
-                                            precision=HI, preferred_element_type=jnp.float32)
-                    if g.softcap is not None:
-                        s = softcap(s, g.softcap)
-                    s = jnp.where(mask, s, NEG)
-                    m_old = m_s[h]
-                    m_new = jnp.maximum(m_old, jnp.max(s, axis=-1, keepdims=True))
-                    alpha = jnp.exp(m_old - m_new)
-                    # explicit zero: a row with no visible key in this block adds nothing
-                    p = jnp.where(mask, jnp.exp(s - m_new), 0.0)
-                    l_s[h] = alpha * l_s[h] + jnp.sum(p, axis=-1, keepdims=True)
-                    acc_s[h] = alpha * acc_s[h] + jnp.dot(p, vh, precision=HI,
-                                                          preferred_element_type=jnp.float32)
-                    m_s[h] = m_new
+            score(b, pos, i * St, St, lambda h, j0, sub: (
+                kbuf[slot, pl.ds(j0, sub), pl.ds(h * D, D)],
+                vbuf[slot, pl.ds(j0, sub), pl.ds(h * D, D)]), below)
             return c2
 
         jax.lax.fori_loop(lo, hi, tile_body, 0)
+        score(b, pos, w0, W, lambda h, j0, sub: (
+            win[0, pl.ds(j0, sub), pl.ds(h * D, D)],
+            win[1, pl.ds(j0, sub), pl.ds(h * D, D)]), n_valid)
         rows_b = (n_out >= b * T) & (n_out < b * T + T)
         for h in range(g.kv_heads):
             l = l_s[h]

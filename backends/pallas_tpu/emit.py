@@ -17,6 +17,7 @@ import jinja2
 
 from megakernel.backends.pallas_tpu import declare, frame, pack
 from megakernel.backends.pallas_tpu.declare import literal
+from megakernel.compiler import layout
 from megakernel.compiler.plan_buffers import VECTORS
 from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import EmitError
@@ -48,6 +49,10 @@ class StackCtx:
         self.multistep = plan.request.steps > 1
         self.start_ref = (plan.memory.buffer("step.start").ident if self.multistep
                           else "start_pos")
+        # Appended state: the call's first positions place each sequence's
+        # window of new rows; the first step loads it from the cache
+        # (backends/pallas_tpu/new_rows.py).
+        self.first_step = "i == 0" if self.multistep else "True"
         # Lines an emitter needs around the stack's loop: before it (e.g. the
         # first repetition's state fetch) and after it (waits on its last writes).
         self.before: list[str] = []
@@ -58,6 +63,14 @@ class StackCtx:
         if not self.multistep:
             return ""
         return f", stopped={self.plan.memory.buffer('step.stopped').ident}"
+
+    def appended(self, node: str, parts) -> str:
+        """``cache, ..., new rows, ...`` of ``node``'s appended state: the
+        read-only cache operands, then the outputs of the call's new rows."""
+        mem = self.plan.memory
+        caches = [mem.buffer(f"hbm.s{self.s}.{node}.{p}") for p in parts]
+        news = [mem.buffer(f"new.s{self.s}.{node}.{p}") for p in parts]
+        return ", ".join(b.ident for b in caches + news)
 
     def hbm(self, param: str) -> str:
         """Kernel operand of this stack's weight ``param``."""
@@ -153,11 +166,11 @@ def _rope(c: StackCtx, n) -> list[str]:
 def _attention(c: StackCtx, n) -> list[str]:
     q, kk, vv = (v(t) for t in n.inputs)
     mem = c.plan.memory
-    caches = ", ".join(mem.buffer(f"hbm.s{c.s}.{n.name}.{p}").ident for p in "kv")
     lib = c.library("attention")
     sinks = f", sinks={c.vec(n.name + '.sinks')}" if n.op.sinks else ""
     return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, "
-            f"{caches}, k, {c.start_ref}, {c.buffers(n.name)}{sinks}{c.stopped()})"]
+            f"{c.appended(n.name, 'kv')}, k, {c.start_ref}, start_pos, {c.first_step}, "
+            f"{c.buffers(n.name)}{sinks}{c.stopped()})"]
 
 
 @EMITTERS.register("mlp")
@@ -245,6 +258,11 @@ def stack_body(c: StackCtx) -> list[str]:
     return lines[:at] + c.before + [""] + lines[at + 1:]
 
 
+def mem_shape(plan, ident: str) -> tuple[int, ...]:
+    """Declared shape of the plan buffer whose kernel identifier is ``ident``."""
+    return tuple(next(b for b in plan.memory.buffers if b.ident == ident).shape)
+
+
 def render(model, plan, *, synchronised: bool = False) -> str:
     """The generated module's source text for ``plan``; ``synchronised`` builds
     the synchronised-ops ablation (no DMA ahead across op boundaries; bench only)."""
@@ -257,7 +275,14 @@ def render(model, plan, *, synchronised: bool = False) -> str:
                         hint="plan with overrides allreduce='one_shot' and logits='argmax'")
     ctxs = [StackCtx(model, plan, s) for s in range(len(plan.shard.stacks))]
     ops = pack.operands(model, plan)
-    caches = [i for i, o in enumerate(ops) if o.role == "cache"]
+    # Appended state is read only, its new rows returned (outputs 1..); the
+    # rest of the state is aliased to the outputs after them.
+    appended = [i for i, o in enumerate(ops) if o.new_rows]
+    caches = [i for i, o in enumerate(ops) if o.role == "cache" and not o.new_rows]
+    news = [dict(input=i, name=ops[i].new_rows, shape=literal(mem_shape(plan, ops[i].new_rows)),
+                 dtype=literal(ops[i].dtype), rows=literal(mem_shape(plan, ops[i].new_rows)[2]),
+                 align=literal(layout.row_align(ops[i].dtype)),
+                 seq=literal(ops[i].shape[2])) for i in appended]
     body = frame.prologue_lines(model, plan, ctxs)
     step = frame.step_begin_lines(model, plan) if plan.request.steps > 1 else []
     for c in ctxs:
@@ -285,11 +310,13 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         inputs=[dict(name=o.name, shape=literal(tuple(o.shape)), dtype=literal(o.dtype),
                      space=literal(o.space)) for o in ops],
         sharded=literal(tuple(o.sharded for o in ops)), cache_inputs=literal(tuple(caches)),
+        new_rows=news,
         segments=declare.segment_tables(plan, ctxs),
         segment_names=", ".join(f"S{c.s}_TILES" for c in ctxs) + ", HEAD_TILES",
         geometry_lines=declare.geometry_lines(plan), scratch=scratch,
-        n_inputs=len(ops), n_outputs=1 + len(caches),
-        input_names=", ".join(o.name + ("_in" if o.role == "cache" else "") for o in ops),
-        output_names=", ".join(["next_token"] + [ops[i].name for i in caches]),
+        n_inputs=len(ops), n_outputs=1 + len(appended) + len(caches),
+        input_names=", ".join(o.name + ("_in" if i in caches else "") for i, o in enumerate(ops)),
+        output_names=", ".join(["next_token"] + [ops[i].new_rows for i in appended]
+                               + [ops[i].name for i in caches]),
         scratch_names=", ".join(name for name, _, _ in scratch), body=body,
         collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised)

@@ -36,7 +36,7 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
     multi-step call embeds in its step loop, ``step_begin_lines``)."""
     mem, n, multi = plan.memory, plan.shard.cores, plan.request.steps > 1
     refs = [f"({''.join(f'{c.hbm(p)}, ' for p in c.ring)})" for c in ctxs]
-    refs.append("(embed,)" if plan.shard.tied else "(lm_head,)")
+    refs.append("(lm_head,)")
     aux = "".join(f"{_ident(plan, f'ring.aux{i}')}, " for i in range(len(mem.ring.aux)))
     steps = ", steps=STEPS_PER_CALL" if multi else ""
     lines = ["me = jax.lax.axis_index('x')" if n > 1 else "me = 0"]
@@ -65,8 +65,10 @@ def step_begin_lines(model, plan) -> list[str]:
 
 
 def _embed_lines(model, plan, tokens: str) -> list[str]:
+    # A replicated table: every core gathers every row itself (no all-reduce).
+    owner = "me, VOCAB_STRIDE" if plan.shard.embed == "vocab" else "0, VOCAB_SIZE"
     lines = ["# node: embed",
-             f"x = rt.gather_embedding({tokens}, embed, embed_rows, embed_sems, me, VOCAB_STRIDE, "
+             f"x = rt.gather_embedding({tokens}, embed, embed_rows, embed_sems, {owner}, "
              f"ROWS, ROWS_PADDED, {dtype_expr(model.dtype.value)})"]
     site = next((s for s in plan.collectives.sites if s.name == "embed.allreduce"), None)
     if site is not None:
@@ -114,7 +116,7 @@ def epilogue_lines(model, plan) -> list[str]:
              "# node: lm_head",
              "valid = jnp.clip(VOCAB_SIZE - me * VOCAB_STRIDE, 0, VOCAB_STRIDE)",
              f"m, idx = rt.lm_head(stream, {literal(len(plan.shard.stacks))}, xn, "
-             f"{literal(plan.shard.tied)}, logits, valid, me * VOCAB_STRIDE{post})"]
+             f"logits, valid, me * VOCAB_STRIDE{post})"]
     if n > 1:
         b = lambda name: _ident(plan, f"argmax.{name}")  # noqa: E731
         lines.append(f"m, idx = rt.exchange_argmax(m, idx, {b('values')}, {b('indices')}, "

@@ -15,18 +15,20 @@ def _mla(c: StackCtx, n) -> list[str]:
     op, mem = n.op, c.plan.memory
     q, kv = v(n.inputs[0]), v(n.inputs[1])
     gate = v(n.inputs[2]) if op.output_gate else "None"
-    cache = mem.buffer(f"hbm.s{c.s}.{n.name}.latent").ident
     table = f"{mem.buffer(f's{c.s}.{n.name}.inv_freq').ident}[...]" if op.rope else "None"
     bound = mem.bound(c.s, n.name)
     lines = []
+    expanded = mem.geometry_of(c.s, n.name).geometry.form == "expanded"
     for part in ("w_uk", "w_uv"):         # stream order: W_UK, then W_UV, into their buffers
         first, count = c.tiles_of(f"{n.name}.{part}")
+        flip = ", transpose=True" if expanded and part == "w_uk" else ""   # mla.buffers
         lines.append(f"rt.ring_to_ref(stream, {literal(c.s)}, k, "
                      f"S{c.s}_TILES.tiles[{first}:{first + count}], first={literal(first)}, "
-                     f"dst={mem.buffer(bound[part]).ident})")
+                     f"dst={mem.buffer(bound[part]).ident}{flip})")
     lib = c.library("mla")
     lines.append(f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
-                 f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {cache}, k, {c.start_ref}, "
+                 f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {c.appended(n.name, ['latent'])}, "
+                 f"k, {c.start_ref}, start_pos, {c.first_step}, "
                  f"{c.buffers(n.name)}{c.stopped()})")
     return lines
 

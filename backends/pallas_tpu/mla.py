@@ -10,9 +10,10 @@ the core), chosen by the planner. L = rank + rope_dim values per cached token.
 ``buffers(g)`` - by argument name (M = heads * rows_padded, RP = rows_padded):
   tiles        (2, kv_tile, L) cache dtype     latent tile double buffer
   tile_sems    DMA (2,)                        [slot]
-  window       (W, L) cache dtype              cache write window (read-modify-write)
+  window       (W, L) cache dtype              the sequence's window of new rows
   window_sems  DMA (1,)
   w_uk         (heads*dn, R) weight dtype      this core's W_UK, from the ring
+                                               ((R, heads*dn), transposed, in the expanded form)
   w_uv         (R, heads*dv) weight dtype      this core's W_UV, from the ring
 ``form`` "absorbed" adds
   q_lat        (M, L) f32          [q_nope_h W_UK_h | q_pe_h] * scale, heads stacked in rows
@@ -22,17 +23,22 @@ the core), chosen by the planner. L = rank + rope_dim values per cached token.
   q_nope       (heads, RP, dn) f32, q_pe (heads, RP, dr) f32   scaled query parts
   m, l         (heads, RP, 1) f32; acc, out (heads, RP, dv) f32
 
-``attend(g, q, kv_a, gate, kv_norm, inv_freq, pos, cache, layer, start_ref,
-stopped=None, **buffers) -> [RP, heads*dv] f32`` - q [RP, heads*(dn+dr)] (this
-core's heads), kv_a [RP, L] (replicated), gate [RP, heads*dv] or None, kv_norm
-[1, R] f32, inv_freq [1, dr/2] f32 (None for NoPE), pos [RP, 1] int32, cache
-HBM ref [layers, batch, max_seq_len, L] (replicated: every core writes the same
-rows), layer traced int32, start_ref SMEM [batch]; stopped SMEM [batch] int32
-in a multi-step call (backends/pallas_tpu/steps.py: a sequence with
-stopped[b] != 0 gets no cache write); the w_uk / w_uv buffers hold
-this layer's weights already (the emitter copies them from the ring).
-Writes the new latent rows (c_kv normed, k_pe roped) at start[b]+t, then
-attends causally; padding rows give 0. Every DMA is waited before return.
+``attend(g, q, kv_a, gate, kv_norm, inv_freq, pos, cache, rows_out, layer,
+start_ref, origin_ref, first, stopped=None, **buffers) -> [RP, heads*dv] f32`` -
+q [RP, heads*(dn+dr)] (this core's heads), kv_a [RP, L] (replicated), gate
+[RP, heads*dv] or None, kv_norm [1, R] f32, inv_freq [1, dr/2] f32 (None for
+NoPE), pos [RP, 1] int32, cache HBM ref [layers, batch, max_seq_len, L],
+READ-ONLY, rows_out the kernel's HBM output [layers, batch, W, L] of each
+sequence's window of new rows (new_rows.py writes it into the cache after the
+call; replicated: every core holds the same rows), layer traced int32,
+start_ref SMEM [batch] (this step's positions), origin_ref SMEM [batch] (the
+call's: they place the window), first the call's first step, stopped SMEM
+[batch] int32 in a multi-step call (backends/pallas_tpu/steps.py: a sequence
+with stopped[b] != 0 puts no new rows in its window); the w_uk / w_uv buffers
+hold this layer's weights already (the emitter copies them from the ring).
+Puts the new latent rows (c_kv normed, k_pe roped) at start[b]+t of the
+window, then attends causally (cache tiles before the window, then the window
+from VMEM); padding rows give 0. Every DMA is waited before return.
 
 ``value_bytes(g)`` - the values ``attend`` holds at its peak, which Mosaic
 keeps in VMEM beside the declared buffers (``MemoryPlan.values_bytes``). Each
@@ -92,6 +98,7 @@ class MLAGeometry:
     form: str
     cache_dtype: str
     weight_dtype: str
+    steps: int = 1          # decode steps per call: the window holds tokens*steps new rows
 
     def __post_init__(self):
         checks = [
@@ -135,7 +142,8 @@ def value_bytes(g: MLAGeometry) -> int:
     scores and masks (~6 arrays of [rows, keys]), and per form the query
     block (absorbed: q_lat and one head's f32 W_UK or W_UV) or one head's K, V
     and query parts (expanded)."""
-    n, lp, rp = chunk_rows(g), round_up(g.latent, LANES), g.rows_padded
+    # the keys of a tile's chunk or of the window, whichever is longer
+    n, lp, rp = max(chunk_rows(g), window_rows(g)), round_up(g.latent, LANES), g.rows_padded
     if g.form == "absorbed":
         rows = g.rows
         head = g.rank * round_up(max(g.nope_dim, g.v_dim), LANES)
@@ -152,9 +160,13 @@ def buffers(g: MLAGeometry) -> tuple[Need, ...]:
              f"double buffer of {g.kv_tile}-token latent tiles (c_kv | k_pe)"),
         Need("tile_sems", dma, (2,), "dma_semaphore", "[slot]"),
         Need("window", vmem, (window_rows(g), L), g.cache_dtype,
-             "aligned latent rows around the new tokens (read-modify-write)"),
+             "aligned latent rows holding the call's new rows (stored to the output)"),
         Need("window_sems", dma, (1,), "dma_semaphore", "window read/write"),
-        Need("w_uk", vmem, (H * g.nope_dim, R), g.weight_dtype, "this core's W_UK (ring)"),
+        # The expanded form multiplies c_kv by W_UK_h^T: staged transposed once
+        # per layer, every KV tile then pushes it at the full [K, N] rate.
+        Need("w_uk", vmem, (R, H * g.nope_dim) if g.form == "expanded" else (H * g.nope_dim, R),
+             g.weight_dtype, "this core's W_UK (ring)" + (", transposed" if g.form == "expanded"
+                                                          else "")),
         Need("w_uv", vmem, (R, H * g.v_dim), g.weight_dtype, "this core's W_UV (ring)"),
     )
     if g.form == "absorbed":
@@ -228,7 +240,7 @@ def _fresh(m_ref, l_ref, acc_ref):
     return begin
 
 
-def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped):
+def _absorbed(g, q_nope, q_pe, new, cache, bufs):
     R, RP, T, M = g.rank, g.rows_padded, g.tokens, g.rows
     dn, dv = g.nope_dim, g.v_dim
     q_lat, m, l, acc, out = (bufs[k] for k in ("q_lat", "m", "l", "acc", "out"))
@@ -239,12 +251,12 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped):
     out[...] = jnp.zeros(out.shape, jnp.float32)
     n, begin = chunk_rows(g), _fresh(m, l, acc)
 
-    def chunk(b, k0, lat, pos):
-        lat = lat.astype(jnp.float32)
-        n_tile = _row_of((M, n), RP, g.heads)           # made here, not hoisted
-        col = jax.lax.broadcasted_iota(jnp.int32, (M, n), 1)
+    def chunk(b, k0, lat, pos, end):
+        keys, lat = lat.shape[0], lat.astype(jnp.float32)   # a tile's chunk, or the window
+        n_tile = _row_of((M, keys), RP, g.heads)        # made here, not hoisted
+        col = jax.lax.broadcasted_iota(jnp.int32, (M, keys), 1)
         mine = (n_tile >= b * T) & (n_tile < b * T + T)
-        mask = mine & (k0 + col <= pos + n_tile - b * T)
+        mask = mine & (k0 + col <= pos + n_tile - b * T) & (k0 + col < end)
         _online(m, l, acc, _dot_t(q_lat[...], lat), mask, lat[:, :R])
 
     def finish(b):
@@ -253,14 +265,13 @@ def _absorbed(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped):
         safe = jnp.where(l[...] > 0, l[...], 1.0)    # other sequences' rows have l == 0
         out[...] = jnp.where(rows_b, acc[...] / safe, out[...])
 
-    mla_cache.sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish,
-                        stopped)
+    mla_cache.sequences(g, n, *cache, new, bufs, begin, chunk, finish)
     # o_h = c^_h W_UV_h: back from latent space to this head's values
     return [_dot(out[pl.ds(h * RP, RP), :], w_uv[:, pl.ds(h * dv, dv)].astype(jnp.float32))
             for h in range(g.heads)]
 
 
-def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped):
+def _expanded(g, q_nope, q_pe, new, cache, bufs):
     R, RP, T = g.rank, g.rows_padded, g.tokens
     dn, dv = g.nope_dim, g.v_dim
     qn, qp, m, l, acc, out = (bufs[k] for k in ("q_nope", "q_pe", "m", "l", "acc", "out"))
@@ -272,17 +283,17 @@ def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped):
     out[...] = jnp.zeros(out.shape, jnp.float32)
     n, begin = chunk_rows(g), _fresh(m, l, acc)
 
-    def chunk(b, k0, lat, pos):
+    def chunk(b, k0, lat, pos, end):
+        keys = lat.shape[0]             # a tile's chunk, or the window
         c_kv = lat[:, :R].astype(w_uk.dtype)
         k_pe = lat[:, R:].astype(jnp.float32)
         for h in range(g.heads):       # this head's K and V, expanded from the chunk
-            n_tile = jax.lax.broadcasted_iota(jnp.int32, (RP, n), 0)     # made here
-            col = jax.lax.broadcasted_iota(jnp.int32, (RP, n), 1)
+            n_tile = jax.lax.broadcasted_iota(jnp.int32, (RP, keys), 0)  # made here
+            col = jax.lax.broadcasted_iota(jnp.int32, (RP, keys), 1)
             mask = ((n_tile >= b * T) & (n_tile < b * T + T)
-                    & (k0 + col <= pos + n_tile - b * T))
-            k_nope = jax.lax.dot_general(c_kv, w_uk[pl.ds(h * dn, dn), :],
-                                         (((1,), (1,)), ((), ())), precision=exact,
-                                         preferred_element_type=jnp.float32)
+                    & (k0 + col <= pos + n_tile - b * T) & (k0 + col < end))
+            k_nope = jnp.dot(c_kv, w_uk[:, pl.ds(h * dn, dn)], precision=exact,
+                             preferred_element_type=jnp.float32)
             v = jnp.dot(c_kv, w_uv[:, pl.ds(h * dv, dv)], precision=exact,
                         preferred_element_type=jnp.float32)
             s = _dot_t(qn[h], k_nope) + _dot_t(qp[h], k_pe)
@@ -296,16 +307,17 @@ def _expanded(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped):
             safe = jnp.where(lh > 0, lh, 1.0)
             out[h] = jnp.where(rows_b, acc[h] / safe, out[h])
 
-    mla_cache.sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish,
-                        stopped)
+    mla_cache.sequences(g, n, *cache, new, bufs, begin, chunk, finish)
     return [out[h] for h in range(g.heads)]
 
 
-def attend(g: MLAGeometry, q, kv_a, gate, kv_norm, inv_freq, pos, cache, layer, start_ref,
-           stopped=None, **bufs):
+def attend(g: MLAGeometry, q, kv_a, gate, kv_norm, inv_freq, pos, cache, rows_out, layer,
+           start_ref, origin_ref, first, stopped=None, **bufs):
     q_nope, q_pe, new = _new_rows(g, q, kv_a, kv_norm, inv_freq, pos)
     form = _absorbed if g.form == "absorbed" else _expanded
-    heads = form(g, q_nope, q_pe, new, cache, layer, start_ref, bufs, stopped)
+    # mla_cache.sequences' order
+    cache = (cache, rows_out, layer, start_ref, origin_ref, first, stopped)
+    heads = form(g, q_nope, q_pe, new, cache, bufs)
     o = jnp.concatenate(heads, axis=-1) if len(heads) > 1 else heads[0]
     if g.output_gate:
         o = o * jax.nn.sigmoid(gate)

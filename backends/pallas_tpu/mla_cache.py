@@ -1,6 +1,8 @@
 """The latent cache side of the MLA library (backends/pallas_tpu/mla.py):
-each sequence's new latent rows written into the HBM cache through an aligned
-window, then its valid tiles streamed, double-buffered, in chunks of keys."""
+each sequence's window of this call's latent rows (new_rows.py: loaded from
+the read-only cache on the call's first step, the new rows put in, stored to
+the kernel's output), then its cache tiles before the window streamed,
+double-buffered, in chunks of keys, then the window itself from VMEM."""
 
 from __future__ import annotations
 
@@ -9,39 +11,30 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu.attention import row_align, window_rows
+from megakernel.backends.pallas_tpu import new_rows
+from megakernel.backends.pallas_tpu.attention import window_rows, window_start
 
 
-def write_latent(g, new, cache, layer, b, pos, win, wsem):
-    """Read-modify-write the aligned window holding rows pos..pos+T-1 of seq b
-    (a DMA into tiled HBM must start on a tile row)."""
-    wr, a, L = window_rows(g), row_align(g.cache_dtype), g.latent
-    if wr == g.max_seq_len:
-        w0 = 0
-    else:
-        w0 = pl.multiple_of(jnp.minimum((pos // a) * a, g.max_seq_len - wr), a)
-    read = pltpu.make_async_copy(cache.at[layer, b, pl.ds(w0, wr), :], win, wsem.at[0])
-    read.start()
-    read.wait()
-    wrow = jax.lax.broadcasted_iota(jnp.int32, (wr, L), 0)
-    nrow = jax.lax.broadcasted_iota(jnp.int32, (g.rows_padded, L), 0)
-    w = win[...].astype(jnp.float32)
-    for t in range(g.tokens):      # row b*T+t picked by a masked sum (exact)
-        row = jnp.sum(jnp.where(nrow == b * g.tokens + t, new, 0.0), axis=0, keepdims=True)
-        w = jnp.where(wrow == pos - w0 + t, row, w)
-    win[...] = w.astype(win.dtype)
-    back = pltpu.make_async_copy(win, cache.at[layer, b, pl.ds(w0, wr), :], wsem.at[0])
-    back.start()
-    back.wait()            # the tile reads below must see the new rows
+def write_latent(g, new, cache, out, layer, b, pos, w0, first, live, win, wsem):
+    """The sequence's window of latent rows: loaded, rows pos..pos+T-1 put in
+    unless the sequence stopped (``live`` false), stored to ``out`` [layers,
+    batch, W, L] (DMAs waited)."""
+    wr = window_rows(g)
+    new_rows.load_window(cache.at[layer, b, pl.ds(w0, wr), :], out.at[layer, b], win,
+                         wsem.at[0], first)
+    new_rows.when(live, lambda: new_rows.put_rows(new, win, pos - w0, b * g.tokens, g.tokens))
+    new_rows.store_window(win, out.at[layer, b], wsem.at[0])
 
 
-def sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish, stopped=None):
-    """For each sequence b: write its new rows (not when stopped[b] != 0, in a
-    multi-step call), then stream its valid tiles
-    (double-buffered) in chunks of ``n`` keys through ``chunk(b, k0, latent
-    [n, L], pos)``
-    (cache dtype, rows past the end zeroed; k0: the chunk's first key
-    position), with ``begin(b)`` before and ``finish(b)`` after."""
+def sequences(g, n, cache, out, layer, start_ref, origin_ref, first, stopped, new, bufs, begin,
+              chunk, finish):
+    """For each sequence b: put its new rows in its window (not when
+    stopped[b] != 0, in a multi-step call; ``stopped`` None otherwise), then
+    stream its valid tiles before the window (double-buffered) in chunks of
+    ``n`` keys through ``chunk(b, k0, latent [keys, L], pos, end)`` (cache
+    dtype; keys at or past ``end`` zeroed, and to be masked; k0: the chunk's
+    first key position), then the window as one chunk, with ``begin(b)``
+    before and ``finish(b)`` after."""
     St, T = g.kv_tile, g.tokens
     tiles, tsem = bufs["tiles"], bufs["tile_sems"]
 
@@ -52,15 +45,19 @@ def sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish, st
 
     def seq_body(b, carry):
         pos = start_ref[b]
-        if stopped is None:
-            write_latent(g, new, cache, layer, b, pos, bufs["window"], bufs["window_sems"])
-        else:       # a multi-step call leaves a stopped sequence's cache alone
-            @pl.when(stopped[b] == 0)
-            def _():
-                write_latent(g, new, cache, layer, b, pos, bufs["window"], bufs["window_sems"])
+        w0 = window_start(g, origin_ref[b])
+        win = bufs["window"]
+        live = True if stopped is None else stopped[b] == 0   # a stopped sequence puts nothing
+        write_latent(g, new, cache, out, layer, b, pos, w0, first, live, win,
+                     bufs["window_sems"])
         n_valid = pos + T
-        hi = (n_valid + St - 1) // St
-        copy(b, 0, 0).start()
+        below = jnp.minimum(n_valid, w0)    # the cache's keys; the window holds the rest
+        hi = (below + St - 1) // St
+
+        @pl.when(hi > 0)
+        def _():
+            copy(b, 0, 0).start()
+
         begin(b)
 
         def tile_body(i, c2):
@@ -79,18 +76,20 @@ def sequences(g, n, cache, layer, start_ref, new, bufs, begin, chunk, finish, st
                 r0 = pl.multiple_of(c * n, n)
                 k0 = i * St + r0
 
-                @pl.when(k0 < n_valid)
+                @pl.when(k0 < below)
                 def _():
                     # rows past the valid end may hold anything (NaN in strict mode)
                     row = jax.lax.broadcasted_iota(jnp.int32, (n, 1), 0)
-                    lat = jnp.where(k0 + row < n_valid, tiles[slot, pl.ds(r0, n), :], 0)
-                    chunk(b, k0, lat, pos)
+                    lat = jnp.where(k0 + row < below, tiles[slot, pl.ds(r0, n), :], 0)
+                    chunk(b, k0, lat, pos, below)
                 return c3
 
             jax.lax.fori_loop(0, St // n, chunk_body, 0)
             return c2
 
         jax.lax.fori_loop(0, hi, tile_body, 0)
+        row = jax.lax.broadcasted_iota(jnp.int32, (win.shape[0], 1), 0)
+        chunk(b, w0, jnp.where(w0 + row < n_valid, win[...], 0), pos, n_valid)
         finish(b)
         return carry
 

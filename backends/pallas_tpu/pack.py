@@ -31,6 +31,7 @@ class Operand:
     stack: int | None = None
     role: str = "weight"   # weight | vector | ring | experts | cache | step
     element: str | None = None   # dtype carried as 32-bit words (the weight ring)
+    new_rows: str | None = None  # appended state: the output identifier of its new rows
 
 
 def ident(text: str) -> str:
@@ -43,8 +44,9 @@ def operands(model: Model, plan) -> list[Operand]:
     out = []
     for o in mem.operands:
         b = mem.buffer(o.buffer)
+        rows = mem.buffer(o.new_rows).ident if o.new_rows else None
         out.append(Operand(b.ident, o.source, b.shape, b.dtype, b.space.value, o.sharded,
-                           o.stack, o.role, o.element))
+                           o.stack, o.role, o.element, rows))
     return out
 
 

@@ -279,11 +279,19 @@ class Stream:
             self._copy(s, k + ahead, j2, flat).start()
 
         # Past this stack: the first R flat tiles after its end are static
-        # (of the next step, past the total).
-        past = flat - seg.end
+        # (of the next step, past the total). Tile j2 of repetition
+        # count + m (m < ahead) is flat seg.end + m * n + j2, reached from
+        # layer k = count - ahead + m: one guarded start per m, where a guard
+        # per candidate flat index would emit R of them for each of R tiles.
         after = self.R if self.steps > 1 else min(self.R, self.total() - seg.end)
-        for e in range(after):
-            @pl.when(past == e)
+        for m in range(ahead):
+            e = m * n + j2
+            if e >= after:
+                break
+            if seg.count - ahead + m < 0:
+                continue
+
+            @pl.when(k == seg.count - ahead + m)
             def _():
                 self._start_static(seg.end + e)
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel import activations, dtypes
+from megakernel import activations
 from megakernel.errors import EmitError
 from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
 from megakernel.backends.pallas_tpu import dequant
@@ -54,20 +54,6 @@ def matmul_ref(x, w):
         part = matmul(x[:, r:r + n], w.load(r, n))
         acc = part if acc is None else acc + part
     return acc
-
-
-def matmul_t(x, w):
-    """x @ w.T (tied LM head tiles are stored [vocab, hidden])."""
-    return jax.lax.dot_general(x.astype(w.dtype), w, (((1,), (1,)), ((), ())),
-                               preferred_element_type=jnp.float32)
-
-
-def matmul_t_ref(x, w):
-    """x @ w.T reading the ring view ``w`` in row chunks (output columns)."""
-    rows, cols = w.shape
-    step = chunk_rows(rows, cols, w.dtype.itemsize)
-    parts = [matmul_t(x, w.load(r, min(step, rows - r))) for r in range(0, rows, step)]
-    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
 
 def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
@@ -172,12 +158,8 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded, 
     """Embedding rows of this core's vocabulary slice by token id (SMEM).
     Row r's token arrives in blocks[r] inside its aligned block of A rows
     (blocks is [rows, A, H]) and is picked by a masked sum; rows of
-    tokens another core owns stay zero (the all-reduce fills them). When the
-    embedding is also the tied LM head it is held as 32-bit words (the ring's
-    layout), ``per`` rows of ``dtype`` to a word row, and viewed back."""
+    tokens another core owns stay zero (the all-reduce fills them)."""
     align, hidden = blocks.shape[1], blocks.shape[2]
-    words = embed.dtype == jnp.int32 and jnp.dtype(dtype) != jnp.int32
-    per = 32 // dtypes.of(jnp.dtype(dtype).name).bits if words else 1
     blocks[...] = jnp.zeros(blocks.shape, blocks.dtype)
 
     def local(r):
@@ -187,42 +169,37 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded, 
         for r in range(rows):
             @pl.when((local(r) >= 0) & (local(r) < stride))
             def _():
-                base = pl.multiple_of(local(r) // per // align * align, align)
+                base = pl.multiple_of(local(r) // align * align, align)
                 fn(pltpu.make_async_copy(embed.at[pl.ds(base, align)], blocks.at[r],
                                          sem.at[0]))
 
     each_owned(lambda c: c.start())
     each_owned(lambda c: c.wait())
-    sub = jax.lax.broadcasted_iota(jnp.int32, (align * per, hidden), 0)
+    sub = jax.lax.broadcasted_iota(jnp.int32, (align, hidden), 0)
     row = jax.lax.broadcasted_iota(jnp.int32, (rows_padded, hidden), 0)
     x = jnp.zeros((rows_padded, hidden), jnp.float32)
     for r in range(rows):
-        block = pltpu.bitcast(blocks[r], jnp.dtype(dtype)) if words else blocks[r]
-        pick = jnp.where(sub == local(r) % (align * per), block.astype(jnp.float32), 0.0)
+        pick = jnp.where(sub == local(r) % align, blocks[r].astype(jnp.float32), 0.0)
         x = jnp.where(row == r, jnp.sum(pick, axis=0, keepdims=True), x)
     return x
 
 
-def lm_head(stream, s, xn, tied, logits_ref, valid, base, post=None):
+def lm_head(stream, s, xn, logits_ref, valid, base, post=None):
     """Logits blocks from the head tiles; running (max, first global index)
     over the valid vocabulary columns of this core. Each block is reduced as
     soon as its last tile is consumed, so at most a few blocks are live.
 
-    A block is (first column, width) of this core's logits: a tile's column
-    pieces (untied [hidden, vocab] tiles) or a tile's rows (tied [vocab,
-    hidden] tiles, summed over column pieces). The leading run of evenly
+    A block is (first column, width) of this core's logits: a [hidden, vocab]
+    tile's column pieces. The leading run of evenly
     stepped tiles that are whole blocks on their own is a fori_loop; the rest
     (the last R tiles, odd shapes, blocks split over tiles) is unrolled."""
     seg = stream.segments[s]
 
     def keys(t):
-        return head_blocks(t, tied, stream.banks.shape[2])
+        return head_blocks(t, stream.banks.shape[2])
 
     def use(pieces, t, r0, c0):
         """[(block key, partial logits)] of one tile at offsets (r0, c0)."""
-        if tied:
-            return [((r0, t.rows), matmul_t_ref(xn[:, t.c0 + c:t.c0 + c + w.shape[1]], w))
-                    for c, w in pieces]
         return [((c0 + c, w.shape[1]), matmul_ref(xn[:, t.r0:t.r0 + t.rows], w))
                 for c, w in pieces]
 
@@ -237,14 +214,12 @@ def lm_head(stream, s, xn, tied, logits_ref, valid, base, post=None):
         return cand if best is None else merge_argmax(best, cand)
 
     def reduce_parts(best, parts):
-        if tied:        # the column pieces of a tied tile sum into its one block
-            parts = [(parts[0][0], sum(p for _, p in parts[1:]) + parts[0][1])]
         for key, blk in parts:
             best = reduce(best, key, blk)
         return best
 
     stream.begin(s, 0, 0, len(seg.tiles))
-    rolled, step = head_loop(seg.tiles, tied, stream.banks.shape[2], stream.R)
+    rolled, step = head_loop(seg.tiles, stream.banks.shape[2], stream.R)
     best = None
     if rolled:
         t0 = seg.tiles[0]
@@ -273,26 +248,24 @@ def lm_head(stream, s, xn, tied, logits_ref, valid, base, post=None):
     return best
 
 
-def head_blocks(t, tied, bank_cols):
+def head_blocks(t, bank_cols):
     """The logits blocks (first column, width) head tile ``t`` contributes to."""
-    if tied:      # stored [vocab, hidden]: rows are vocabulary entries
-        return [(t.r0, t.rows)]
     return [(t.c0 + c, w) for c, w in tile_pieces(t, bank_cols)]
 
 
-def head_loop(tiles, tied, bank_cols, num_banks):
+def head_loop(tiles, bank_cols, num_banks):
     """(n, step): lm_head loops over tiles[0:n]. They share tile 0's shape, sit
     at tile 0's offsets plus j * step (rows, cols), each holds whole logits
     blocks of its own, and tile j + num_banks (started by tile j) is one of
     them too."""
     def keys(t):
-        return head_blocks(t, tied, bank_cols)
+        return head_blocks(t, bank_cols)
 
     if len(tiles) < 2:
         return 0, (0, 0)
     t0, t1 = tiles[0], tiles[1]
     step = (t1.r0 - t0.r0, t1.c0 - t0.c0)
-    if step[1 if tied else 0]:     # the loop moves along the vocabulary only
+    if step[0]:     # the loop moves along the vocabulary only
         return 0, (0, 0)
     owners = {}
     for j, t in enumerate(tiles):
@@ -309,10 +282,12 @@ def head_loop(tiles, tied, bank_cols, num_banks):
     return max(n - num_banks, 0), step
 
 
-def ring_to_ref(stream, s, k, tiles, first, dst):
+def ring_to_ref(stream, s, k, tiles, first, dst, transpose=False):
     """A whole (small) weight copied from its ring tiles into the VMEM ref
     ``dst`` at each tile's offsets, a weight chunk at a time (bounded loads,
-    no whole-matrix value), for ops that read it more than once."""
+    no whole-matrix value), for ops that read it more than once; with
+    ``transpose`` dst holds it transposed (a once-per-layer transpose, in f32,
+    instead of transposed MXU pushes at every use)."""
     stream.begin(s, k, first, len(tiles))
 
     def put(pieces, t):
@@ -320,8 +295,11 @@ def ring_to_ref(stream, s, k, tiles, first, dst):
             step = chunk_rows(t.rows, w.shape[1], w.dtype.itemsize)
             for r in range(0, t.rows, step):
                 n = min(step, t.rows - r)
-                dst[pl.ds(t.r0 + r, n), pl.ds(t.c0 + c, w.shape[1])] = (
-                    w.load(r, n).astype(dst.dtype))
+                rows, cols = pl.ds(t.r0 + r, n), pl.ds(t.c0 + c, w.shape[1])
+                if transpose:
+                    dst[cols, rows] = w.load(r, n).astype(jnp.float32).T.astype(dst.dtype)
+                else:
+                    dst[rows, cols] = w.load(r, n).astype(dst.dtype)
 
     for j, t in enumerate(tiles):
         stream.consume(s, k, first + j, lambda pieces, t=t: put(pieces, t))

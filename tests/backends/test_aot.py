@@ -4,6 +4,7 @@ import pytest
 
 from megakernel.backends import pallas_tpu as backend
 from megakernel.compiler.pipeline import plan_model
+from megakernel.compiler.xla_copies import xla_copies
 from megakernel.models import zoo
 
 pytest.importorskip("libtpu")
@@ -20,6 +21,12 @@ def test_compiles_for_tpu7x(name, devices, tmp_path):
     assert result.vmem_used_bytes <= result.vmem_limit_bytes
     # The plan's VMEM (declared buffers + Mosaic's values) is the compiler's, within 1 MiB.
     assert abs(result.vmem_used_bytes - plan.memory.vmem_total) <= 2**20, result.summary()
+    # The KV caches are read only (new rows written after the kernel, same jit):
+    # XLA copies at most 1 MiB per core per call around it (issue 19), and the
+    # cost model charges exactly the copies the compiler made.
+    assert result.copy_bytes <= 2**20, result.summary()
+    assert plan.cost.copy_bytes == result.copy_bytes, (xla_copies(plan.memory, devices),
+                                                        result.copies)
 
 
 @pytest.mark.aot

@@ -2,7 +2,9 @@
 
 Strict interpret mode (race detection, OOB reads raise, NaN-filled scratch);
 cache positions past start+T are NaN in the kernel's input so any read of them
-that leaks into the output shows up. One AOT compile for TPU7x. Also with Gemma 2's score soft-capping and gpt-oss's
+that leaks into the output shows up. The cache is read only; the kernel's
+windows of new rows are written into it after the call (new_rows.write_back),
+as the megakernel's jit does. One AOT compile for TPU7x. Also with Gemma 2's score soft-capping and gpt-oss's
 attention sinks.
 """
 
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu import attention as A
+from megakernel.backends.pallas_tpu import attention as A, new_rows
 from megakernel.backends.pallas_tpu.declare import allocation
 from megakernel.ir.ops import Attention
 from megakernel.backends.pallas_tpu.run import interpret_params as interpret, races_found
@@ -29,19 +31,19 @@ def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
     needs = A.buffers(g)
     names = [n.name for n in needs]
 
-    def kernel(start_ref, layer_ref, q_ref, k_ref, v_ref, kc_in, vc_in, sinks_ref, o_ref, kc, vc,
+    def kernel(start_ref, layer_ref, q_ref, k_ref, v_ref, kc, vc, sinks_ref, o_ref, kn, vn,
                *scr):
-        del kc_in, vc_in            # aliased to kc, vc
         sinks = sinks_ref[...] if g.sinks else None
 
         def body(i, c):
-            o_ref[i] = A.attend(g, q_ref[i], k_ref[i], v_ref[i], kc, vc, layer_ref[0] + i,
-                                start_ref, **dict(zip(names, scr)), sinks=sinks)
+            o_ref[i] = A.attend(g, q_ref[i], k_ref[i], v_ref[i], kc, vc, kn, vn,
+                                layer_ref[0] + i, start_ref, start_ref, True,
+                                **dict(zip(names, scr)), sinks=sinks)
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
 
-    cache = jax.ShapeDtypeStruct((layers, g.batch, g.max_seq_len, g.width), g.cache_dtype)
+    cache = jax.ShapeDtypeStruct((layers, g.batch, A.window_rows(g), g.width), g.cache_dtype)
     smem = pl.BlockSpec(memory_space=pltpu.SMEM)
     vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
     hbm = pl.BlockSpec(memory_space=pl.ANY)
@@ -52,9 +54,16 @@ def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
         in_specs=[smem, smem, vmem, vmem, vmem, hbm, hbm, vmem],
         out_specs=(vmem, hbm, hbm),
         scratch_shapes=[allocation(n.space, n.shape, n.dtype) for n in needs],
-        input_output_aliases={5: 1, 6: 2},
         interpret=interp,
     )
+
+
+def write_back(g, cache, new, start, layer, loop):
+    """The cache after the call: the touched layers' windows written in."""
+    rows, align = A.window_rows(g), A.row_align(g.cache_dtype)
+    part = new_rows.write_back(cache[layer:layer + loop], new[layer:layer + loop], start,
+                               rows=rows, align=align, seq=g.max_seq_len)
+    return cache.at[layer:layer + loop].set(part)
 
 
 def run_case(batch, tokens, kv_heads, group, head_dim, kv_tile, seq_tiles, window, dtype,
@@ -99,9 +108,11 @@ def run_case(batch, tokens, kv_heads, group, head_dim, kv_tile, seq_tiles, windo
     vc_in = jnp.where(dead, jnp.nan, vc).astype(dtype)
 
     f = jax.jit(build(g, layers, loop, interpret()))
-    out, k2, v2 = f(jnp.asarray(start), jnp.asarray([layer], jnp.int32), q, k, v, kc_in, vc_in,
+    out, kn, vn = f(jnp.asarray(start), jnp.asarray([layer], jnp.int32), q, k, v, kc_in, vc_in,
                     sink)
     out = np.asarray(out)
+    k2, v2 = (write_back(g, c, n, jnp.asarray(start), layer, loop)
+              for c, n in ((kc_in, kn), (vc_in, vn)))
     assert not races_found()
     for i in range(loop):
         np.testing.assert_allclose(out[i, :rows], np.asarray(want_out[i]), atol=2e-5, rtol=1e-5)
@@ -184,4 +195,4 @@ def test_attend_compiles_for_tpu7x():
             ((2, 16, 256), jnp.float32), ((2, 16, 256), jnp.float32),
             ((4, 8, 4096, 256), dt), ((4, 8, 4096, 256), dt), ((1, 8), jnp.float32))]
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-            jax.jit(f, donate_argnums=(5, 6)).trace(*sds).lower().compile()
+            jax.jit(f).trace(*sds).lower().compile()

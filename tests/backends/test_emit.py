@@ -79,7 +79,7 @@ def test_lm_head_loops_over_its_even_tiles(name, devices, loop, tmp_path):
     plan = plan_model(model, devices=devices, batch=1, tokens=1)
     module = load.import_module(backend.compile_model(model, plan, tmp_path))
     head = module.SEGMENTS[-1]
-    n, _ = runtime.head_loop(head.tiles, plan.shard.tied, module.BANK_SHAPE[2], module.NUM_BANKS)
+    n, _ = runtime.head_loop(head.tiles, module.BANK_SHAPE[2], module.NUM_BANKS)
     assert n == loop and len(head.tiles) - n == module.NUM_BANKS + 1
 
 

@@ -4,7 +4,9 @@ Each simulated core holds a slice of the heads (q, gate, W_UK, W_UV) and the
 whole latent cache; its kernel runs in strict interpret mode (race detector,
 OOB reads raise, NaN-filled scratch). Cache rows past start+T are NaN in the
 kernel's input and padding rows of q / kv_a / gate are NaN, so any read of
-them that leaks shows up. The heads' outputs concatenated over cores must
+them that leaks shows up. The cache is read only; the kernel's windows of
+new rows are written into it after the call (new_rows.write_back), as the
+megakernel's jit does. The heads' outputs concatenated over cores must
 equal the reference, and every core's cache the reference's. One TPU7x AOT
 compile per form at DeepSeek-V3's per-core shapes on 32 cores.
 """
@@ -18,7 +20,8 @@ from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu import mla as M
+from megakernel.backends.pallas_tpu import mla as M, new_rows
+from megakernel.backends.pallas_tpu.attention import row_align, window_rows
 from megakernel.backends.pallas_tpu.declare import allocation
 from megakernel.backends.pallas_tpu.run import interpret_params as interpret, races_found
 from megakernel.ir.kind_mla import MLA
@@ -31,26 +34,28 @@ YARN = RopeScaling("yarn", 40.0, original_max_position=64, mscale=1.0, mscale_al
 
 def build(g: M.MLAGeometry, layers: int, loop: int, interp):
     """Kernel: `loop` consecutive layers from layer_ref[0]; each copies its
-    W_UK / W_UV into the library's buffers (as the ring does), then attends."""
+    W_UK / W_UV into the library's buffers (as the ring does: W_UK transposed
+    for the expanded form, mla.buffers), then attends."""
     needs = M.buffers(g)
     names = [n.name for n in needs]
 
     def kernel(start_ref, layer_ref, q_ref, kv_ref, gate_ref, norm_ref, inv_ref, pos_ref,
-               uk_ref, uv_ref, cache_in, o_ref, cache, *scr):
-        del cache_in                 # aliased to cache
+               uk_ref, uv_ref, cache, o_ref, rows_out, *scr):
         bufs = dict(zip(names, scr))
 
         def body(i, c):
-            bufs["w_uk"][...] = uk_ref[i]
+            uk = uk_ref[i]
+            bufs["w_uk"][...] = uk.T if g.form == "expanded" else uk
             bufs["w_uv"][...] = uv_ref[i]
             o_ref[i] = M.attend(g, q_ref[i], kv_ref[i], gate_ref[i] if g.output_gate else None,
                                 norm_ref[i], inv_ref[...] if g.rope else None, pos_ref[...],
-                                cache, layer_ref[0] + i, start_ref, **bufs)
+                                cache, rows_out, layer_ref[0] + i, start_ref, start_ref, True,
+                                **bufs)
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
 
-    cache = jax.ShapeDtypeStruct((layers, g.batch, g.max_seq_len, g.latent), g.cache_dtype)
+    cache = jax.ShapeDtypeStruct((layers, g.batch, window_rows(g), g.latent), g.cache_dtype)
     smem = pl.BlockSpec(memory_space=pltpu.SMEM)
     vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
     hbm = pl.BlockSpec(memory_space=pl.ANY)
@@ -61,7 +66,6 @@ def build(g: M.MLAGeometry, layers: int, loop: int, interp):
         in_specs=[smem, smem] + [vmem] * 8 + [hbm],
         out_specs=(vmem, hbm),
         scratch_shapes=[allocation(n.space, n.shape, n.dtype) for n in needs],
-        input_output_aliases={10: 1},
         interpret=interp,
     )
 
@@ -115,8 +119,12 @@ def run_case(form, batch, tokens, heads, cores, rank, dims, kv_tile, seq_tiles, 
         gs = gt.reshape(loop, rp, heads, dv)[:, :, c * hl:(c + 1) * hl].reshape(loop, rp, -1)
         uk = w_uk[:, c * hl * dn:(c + 1) * hl * dn]
         uv = w_uv[:, :, c * hl * dv:(c + 1) * hl * dv]
-        out, got_cache = f(jnp.asarray(start), jnp.asarray([layer], jnp.int32), qs, kv, gs,
-                           jnp.asarray(kv_norm), inv, jnp.asarray(pos), uk, uv, cache_in)
+        out, news = f(jnp.asarray(start), jnp.asarray([layer], jnp.int32), qs, kv, gs,
+                      jnp.asarray(kv_norm), inv, jnp.asarray(pos), uk, uv, cache_in)
+        part = new_rows.write_back(cache_in[layer:layer + loop], news[layer:layer + loop],
+                                   jnp.asarray(start), rows=window_rows(g),
+                                   align=row_align(g.cache_dtype), seq=S)
+        got_cache = cache_in.at[layer:layer + loop].set(part)
         assert not races_found()
         got, want = (np.asarray(x, np.float32) for x in (got_cache, want_cache))
         # Rows other than the new ones are untouched, bit for bit (dead rows stay
@@ -216,4 +224,4 @@ def test_mla_compiles_for_tpu7x(form):
         ((1, 32), jnp.float32), ((8, 1), jnp.int32), ((2, 512, 512), bf), ((2, 512, 512), bf),
         ((4, 2, 4096, 576), bf))]
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-        jax.jit(f, donate_argnums=(10,)).trace(*sds).lower().compile()
+        jax.jit(f).trace(*sds).lower().compile()

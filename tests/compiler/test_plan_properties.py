@@ -47,7 +47,7 @@ def _ring_params(plan, model):
     """Full names of ring-streamed weights, in the model's consumption order."""
     names = [n for n in model.params() if n.startswith("layers.")
              and plan.shard.param(n).channel == "ring"]
-    return names + ["embed.weight" if model.tie_embeddings else "lm_head.weight"]
+    return names + ["lm_head.weight"]       # a tied head: a transposed copy of the embedding
 
 
 @settings(max_examples=30)

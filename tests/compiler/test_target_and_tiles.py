@@ -60,9 +60,35 @@ def test_wide_matrix_falls_back_to_column_blocks():
 def test_head_tiles_are_vocab_blocks_over_the_whole_contraction():
     tiles = tile_matrix("lm_head.weight", 256, 1024, "bfloat16", 128 * 1024, "head")
     assert all(t.rows == 256 and t.cols % 128 == 0 for t in tiles)
-    tied = tile_matrix("embed.weight", 1024, 256, "bfloat16", 128 * 1024, "tied_head")
-    assert all(t.transposed and t.cols == 256 and t.rows % 128 == 0 for t in tied)
-    assert _covers(tiles, 256, 1024) and _covers(tied, 1024, 256)
+    assert _covers(tiles, 256, 1024)
+
+
+def test_a_tied_head_streams_a_transposed_copy_of_the_embedding():
+    """[hidden, vocab] like an untied head (full-rate MXU pushes); each core's
+    copy is its vocabulary slice of the embedding, transposed, and gathering
+    the cores' weights back yields the embedding alone."""
+    import numpy as np
+
+    from megakernel.compiler.shard import gather_weights, shard_model, shard_weights
+    from megakernel.ir.config import ModelConfig, build
+    from megakernel.models.weights import init_weights
+
+    model = build(ModelConfig(name="tied", vocab_size=300, hidden_size=128, num_layers=1,
+                              num_q_heads=2, num_kv_heads=1, head_dim=128,
+                              intermediate_size=256, max_seq_len=64, dtype="float32",
+                              tie_embeddings=True))
+    plan = shard_model(model, 2)
+    assert plan.global_param("lm_head.weight").full_shape == (128, 300)
+    weights = init_weights(model, seed=0)
+    assert "lm_head.weight" not in weights
+    per_core = shard_weights(model, plan, weights)
+    embed, s = weights["embed.weight"], plan.vocab_stride
+    for core in range(2):
+        n = plan.vocab_valid(core)
+        assert np.array_equal(per_core[core]["lm_head.weight"][:, :n],
+                              embed[core * s:core * s + n].T)
+    back = gather_weights(model, plan, per_core)
+    assert "lm_head.weight" not in back and np.array_equal(back["embed.weight"], embed)
 
 
 def test_planner_doc_lists_every_constant():

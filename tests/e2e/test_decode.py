@@ -90,6 +90,10 @@ CASES = [  # (id, model factory, devices, batch, tokens, steps[, plan overrides]
     ("pattern-bf16-2dev-t2", lambda: dense("bfloat16", **PATTERN), 2, 2, 2, 2),
     ("rolled-tied-head-f32-1dev", lambda: dense(vocab_size=5000, hidden_size=256, num_layers=1,
                                                 tie_embeddings=True), 1, 2, 1, 2, ROLLED_HEAD),
+    # the tied head is its own transposed copy: the embedding may stay whole, and
+    # each core then gathers every row itself (it gathered only its vocab slice)
+    ("tied-replicated-embed-bf16-2dev", lambda: dense("bfloat16", tie_embeddings=True), 2, 2,
+     1, 2, {"embed": "replicated"}),
 ]
 SLOW = [
     ("dense-bf16-4dev-b4-t2", lambda: dense("bfloat16", num_layers=3), 4, 4, 2, 3),
