@@ -35,7 +35,12 @@ from megakernel.models import reference
 # sinks, softmax_scale up to 0.25, post-norm-only blocks; 26 draws on 1-2 cores,
 # 2026-12-03): largest logit error 3.1e-6 of the scale (a cap-30, scale-0.25
 # draw; sharper softmax and the caps' tanh reorder f32 rounding), hence 1e-5.
-TOL = {"float32": 1e-5, "bfloat16": 5e-3}
+# Re-measured in bf16 with the same family options (40 draws of model_configs,
+# 27 of them with layer patterns, caps, o_bias and softmax_scale required, 1-2
+# cores, batch 1-3, 1-2 tokens, 2 steps; 2026-12-03): largest logit error 6.8e-3
+# of the scale, 3 draws above the old 5e-3, all with sinks, 2-4 layers and a
+# one-ulp flip in a bf16 cache (the same draws in f32: <= 8e-7), hence 2e-2.
+TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 CACHE_TOL = {"float32": 4e-6, "bfloat16": 2 ** -7}
 
 
