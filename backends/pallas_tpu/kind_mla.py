@@ -5,6 +5,7 @@ operand and the rope table."""
 
 from __future__ import annotations
 
+from megakernel.backends.pallas_tpu import mla  # noqa: F401 - registers MLAGeometry for plan.json
 from megakernel.backends.pallas_tpu.declare import literal
 from megakernel.backends.pallas_tpu.emit import EMITTERS, StackCtx, v
 from megakernel.backends.pallas_tpu.steps import STEPPING, Stepping
