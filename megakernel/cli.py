@@ -187,6 +187,9 @@ def _trust_edited_arg(p) -> None:
 
 def _check_args(p) -> None:
     cli_args.plan_args(p)
+    # A check compares single steps with the reference unless asked for a
+    # several-step kernel (then it checks one call of it).
+    p.set_defaults(steps_per_call=1)
     _trust_edited_arg(p)
     p.add_argument("--steps", type=cli_args.int_in(1), default=2, help="decode steps to check")
     p.add_argument("--seed", type=cli_args.int_in(0, 2**32 - 1), default=0,
@@ -258,7 +261,7 @@ def cmd_demo(args) -> int:
 
 def _demo_args(p) -> None:
     cli_args.plan_args(p, model_optional=True)
-    p.set_defaults(devices=4)
+    p.set_defaults(devices=4, steps_per_call=1)    # the demo checks single steps
     p.add_argument("--output", "-o", default=None, help="where to write the kernel")
     p.add_argument("--steps", type=cli_args.int_in(1), default=2)
     p.add_argument("--topology", type=cli_args.topology, default="tpu7x:2x2x1",

@@ -127,11 +127,13 @@ def progress(label: str):
     from megakernel import interrupts
 
     print(f"  {label} ...", end="", flush=True, file=sys.stderr)
+    interrupts.line_open(True)
     t0 = time.perf_counter()
     try:
         yield
     finally:
-        print(f" {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        if interrupts.line_open(False):      # not ended by an interrupt's message
+            print(f" {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     interrupts.checkpoint()   # each step ends where an interrupt is honoured
 
 
@@ -157,10 +159,11 @@ def plan_args(p, *, model_optional: bool = False) -> None:
     p.add_argument("--tokens", "-t", type=positive, default=1,
                    help="new tokens per sequence per step")
     # Not --steps: `check --steps` counts the steps a check runs.
-    p.add_argument("--steps-per-call", type=steps_per_call, default=1, metavar="auto|N",
+    p.add_argument("--steps-per-call", type=steps_per_call, default="auto", metavar="auto|N",
                    help="greedy decode steps one kernel call runs (tokens fed back "
-                        "inside the kernel; needs --tokens 1). Default 1; auto: the "
-                        "planner's choice (its rule and N in the report)")
+                        "inside the kernel; needs --tokens 1). Default auto: the "
+                        "planner's choice (its rule and N in the report); check and "
+                        "demo default to 1")
     p.add_argument("--context", type=positive, default=None,
                    help="cached tokens the cost model assumes")
     p.add_argument("--layers", type=positive, default=None,

@@ -48,10 +48,23 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+_OPEN_LINE = [False]                  # a progress line waits for its time (cli_args.progress)
+
+
+def line_open(is_open: bool) -> bool:
+    """Note whether a progress line is open; returns whether it was (False
+    once an interrupt's message has ended it)."""
+    was, _OPEN_LINE[0] = _OPEN_LINE[0], is_open
+    return was
+
+
 def message(signum: int) -> str:
-    """The one line a command prints when a signal stops it."""
-    return (f"{_LABEL[0]}: interrupted by {signal.Signals(signum).name}; stopped, and left "
-            "no partial output")
+    """The one line a command prints when a signal stops it (after ending an
+    open progress line, so it stands on a line of its own)."""
+    start = "\n" if _OPEN_LINE[0] else ""
+    _OPEN_LINE[0] = False
+    return (f"{start}{_LABEL[0]}: interrupted by {signal.Signals(signum).name}; stopped, "
+            "and left no partial output")
 
 
 def _on_signal(signum, frame):

@@ -72,8 +72,25 @@ def test_failed_compile_leaves_nothing(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def compiled_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "tiny-dense"
-    assert main(["compile", "tiny-dense", "--devices", "2", "--batch", "2", "-o", str(out)]) == 0
+    assert main(["compile", "tiny-dense", "--devices", "2", "--batch", "2",
+                 "--steps-per-call", "1", "-o", str(out)]) == 0
     return out
+
+
+def test_compile_lets_the_planner_choose_steps_per_call(tmp_path):
+    """No --steps-per-call: the planner's N (compiler/choose_steps.py), in the
+    folder's request and under Choices in its report."""
+    import json
+
+    from megakernel.compiler.pipeline import plan_model
+    from megakernel.models import zoo
+
+    want = plan_model(zoo.model("tiny-dense"), devices=2, steps="auto").request.steps
+    assert want > 1          # tiny-dense's launch is a large share of its step
+    out = tmp_path / "auto"
+    assert main(["compile", "tiny-dense", "--devices", "2", "-o", str(out)]) == 0
+    assert json.loads((out / "request.json").read_text())["steps_per_call"] == want
+    assert f"steps_per_call: auto: {want} " in (out / "plan.md").read_text()
 
 
 def test_compile_writes_kernel_and_plan(compiled_dir):

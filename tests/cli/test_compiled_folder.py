@@ -19,7 +19,8 @@ def run(*argv, capsys):
 @pytest.fixture
 def folder(tmp_path):
     out = tmp_path / "tiny-dense"
-    assert main(["compile", "tiny-dense", "--layers", "1", "-o", str(out)]) == 0
+    assert main(["compile", "tiny-dense", "--layers", "1", "--steps-per-call", "1",
+                 "-o", str(out)]) == 0
     return out
 
 
@@ -148,7 +149,8 @@ def test_a_folder_compiled_with_overrides_checks_from_its_own_plan(tmp_path, cap
     """check reads the plan back from plan.json (Plan.from_json), so choices
     request.json does not record (here the ring's bank count) survive."""
     out = tmp_path / "banks"
-    assert main(["compile", "tiny-dense", "--layers", "1", "--banks", "3", "-o", str(out)]) == 0
+    assert main(["compile", "tiny-dense", "--layers", "1", "--banks", "3",
+                 "--steps-per-call", "1", "-o", str(out)]) == 0
     capsys.readouterr()
     code, text, err = run("check", str(out), "--steps", "1", capsys=capsys)
     assert code == 0 and text.startswith("PASS"), err
