@@ -42,6 +42,12 @@ def _where(eqn) -> str:
     return f"{frames[0].file_name}:{frames[0].line_num}" if frames else "?"
 
 
+def _tails(a, b) -> list:
+    """Pairs of the last min(len(a), len(b)) items of ``a`` and ``b``."""
+    k = min(len(a), len(b))
+    return list(zip(a[len(a) - k:], b[len(b) - k:]))
+
+
 def _ref(v) -> bool:
     return not isinstance(v, jcore.Literal) and hasattr(v.aval, "inner_aval")
 
@@ -76,23 +82,21 @@ class Weights:
         # outputs (jit, scan, while, cond, run_scoped alike).
         changed = False
         for sub in subs:
-            k = min(len(eqn.invars), len(sub.invars))
-            pairs = list(zip(eqn.invars[len(eqn.invars) - k:], sub.invars[len(sub.invars) - k:]))
-            for outer, inner in pairs:
+            ins = _tails(eqn.invars, sub.invars)
+            for outer, inner in ins:
                 if self.has(outer):
                     changed |= self.mark(inner)
             changed |= self.walk(sub)
-            for outer, inner in pairs:          # a ref the body filled with weights
+            for outer, inner in ins:            # a ref the body filled with weights
                 if self.has(inner) and _ref(outer):
                     changed |= self.mark(outer)
-            k = min(len(eqn.outvars), len(sub.outvars))
-            for outer, inner in zip(eqn.outvars[len(eqn.outvars) - k:], sub.outvars[-k:] if k else []):
+            for outer, inner in _tails(eqn.outvars, sub.outvars):
                 if self.has(inner):
                     changed |= self.mark(outer)
-            carries = sub.invars[len(sub.invars) - len(sub.outvars):] if eqn.primitive.name == "while" else []
-            for inner_out, inner_in in zip(sub.outvars, carries):
-                if self.has(inner_out):
-                    changed |= self.mark(inner_in)
+            if eqn.primitive.name == "while":   # a carry's next value feeds the body
+                for inner_in, inner_out in _tails(sub.invars, sub.outvars):
+                    if self.has(inner_out):
+                        changed |= self.mark(inner_in)
         return changed
 
     def _eqn(self, eqn) -> bool:
