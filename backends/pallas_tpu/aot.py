@@ -103,6 +103,17 @@ def hbm_copies(compiled) -> list[str]:
             if " copy(" in ln and "ENTRY" not in ln]
 
 
+def abstract_args(module, mesh, cores: int) -> list:
+    """The call's operands as shapes (whole arrays, split along the mesh where
+    the kernel shards them), in INPUTS order: what a trace or compile needs."""
+    args = []
+    for (_, shape, dtype, _), sharded in zip(module.INPUTS, module.SHARDED):
+        shape = (shape[0] * cores, *shape[1:]) if sharded else shape
+        spec = P("x") if sharded else P()
+        args.append(jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec)))
+    return args
+
+
 def aot_compile(out_dir_or_module, plan, *, topology: str = "tpu7x:2x2x1",
                 with_logits: bool = False, write_back: bool = True) -> AotResult:
     from megakernel.backends.pallas_tpu import load
@@ -112,11 +123,7 @@ def aot_compile(out_dir_or_module, plan, *, topology: str = "tpu7x:2x2x1",
         path = Path(module)
         module = load.import_module(path / "kernel.py" if path.is_dir() else path)
     mesh = topology_mesh(topology, plan.shard.cores)
-    args = []
-    for (_, shape, dtype, _), sharded in zip(module.INPUTS, module.SHARDED):
-        shape = (shape[0] * plan.shard.cores, *shape[1:]) if sharded else shape
-        spec = P("x") if sharded else P()
-        args.append(jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec)))
+    args = abstract_args(module, mesh, plan.shard.cores)
     t0 = time.perf_counter()
     try:
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):

@@ -14,11 +14,10 @@ from __future__ import annotations
 import jax
 import pytest
 from jax.extend import core as jcore
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from megakernel.backends import pallas_tpu as backend
 from megakernel.backends.pallas_tpu import load
-from megakernel.backends.pallas_tpu.aot import topology_mesh
+from megakernel.backends.pallas_tpu.aot import abstract_args, topology_mesh
 from megakernel.compiler.buffers import Kind
 from megakernel.compiler.pipeline import plan_model
 from megakernel.models import zoo
@@ -135,11 +134,7 @@ def _kernel_jaxpr(model, devices, topology, overrides, tmp_path):
     backend.compile_model(model, plan, out)
     module = load.import_module(out / "kernel.py")
     mesh = topology_mesh(topology, plan.shard.cores)
-    args = []
-    for (_, shape, dtype, _), sharded in zip(module.INPUTS, module.SHARDED):
-        shape = (shape[0] * plan.shard.cores, *shape[1:]) if sharded else shape
-        args.append(jax.ShapeDtypeStruct(
-            shape, dtype, sharding=NamedSharding(mesh, P("x") if sharded else P())))
+    args = abstract_args(module, mesh, plan.shard.cores)
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
         step = module.make_step(mesh, interpret=False, with_logits=False)
         traced = step.trace(*args).jaxpr
