@@ -126,8 +126,8 @@ def progress(label: str):
     """Say what a step is doing when it may take over a second, then its time."""
     from megakernel import interrupts
 
+    interrupts.line_open(True)   # first: an interrupt may land inside the print
     print(f"  {label} ...", end="", flush=True, file=sys.stderr)
-    interrupts.line_open(True)
     t0 = time.perf_counter()
     try:
         yield

@@ -76,7 +76,11 @@ def _on_signal(signum, frame):
                 cleanup()
         with contextlib.suppress(Exception):
             sys.stdout.flush()
-            print(message(signum), file=sys.stderr, flush=True)
+        # Straight to the file descriptor: the signal may have landed inside a
+        # write to sys.stderr (a reader that stopped reading), and a second
+        # write through its buffer would fail as re-entrant, losing the line.
+        with contextlib.suppress(OSError):
+            os.write(sys.stderr.fileno(), (message(signum) + "\n").encode())
         os._exit(128 + signum)
     raise Interrupted(signum)
 
