@@ -24,7 +24,7 @@ demo: $(STAMP)
 
 # pytest exits 5 when a selection collects nothing: say so instead of failing.
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadgroup -q; rc=$$?; \
+	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=40; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests collected" >&2; exit 0; fi; exit $$rc
 
 test-fast: $(STAMP)
