@@ -166,6 +166,13 @@ class _NodeCost:
     rows_eff: float      # LHS rows the MXU charges for (weight-push bound)
     ring: int            # DMAs the weight stream keeps in flight (dma_service.ring_in_flight)
 
+    @property
+    def rate(self) -> float:
+        """Matmul FLOP/s in the model's dtype (f32 takes several bf16 passes)."""
+        c = self.target.constants
+        return self.target.bf16_flops / (c.f32_matmul_slowdown
+                                         if self.model.dtype.value == "float32" else 1)
+
 
 # One rule per op kind: (ctx, node, phase fields of its ring tiles) -> phase fields.
 COST: Registry = Registry("cost", "compiler/cost.py")
@@ -185,12 +192,17 @@ def _attention_cost(cx: _NodeCost, node, ph: dict) -> dict:
     group = max(request.tokens * q_l // kv_l, 1)
     n_tiles = request.batch * kv.tiles_per_seq
     other = ph["other_bytes"]
+    flops = (4.0 * kv_l * n_tiles * max(group, c.mxu_push_rows) * kv.kv_tile
+             * node.op.head_dim)
+    overhead = 2 * n_tiles * c.tile_overhead_s + c.op_overhead_s
+    # The first sequence's window and tile were started a layer ahead; each
+    # later one's start when the previous sequence begins, so its latency
+    # shows where one sequence's work is shorter (backends/.../attention.py).
+    per_seq = (flops / cx.rate + overhead) / request.batch
     return dict(ph, other_bytes=other + kv.bytes_per_layer,
                 floor_bytes=ph["ring_bytes"] + other + kv.valid_bytes_per_layer,
-                flops=4.0 * kv_l * n_tiles * max(group, c.mxu_push_rows) * kv.kv_tile
-                * node.op.head_dim,
-                outstanding=cx.ring + 2,
-                overhead_s=2 * n_tiles * c.tile_overhead_s + c.op_overhead_s)
+                flops=flops, outstanding=cx.ring + 2, overhead_s=overhead,
+                stall_s=(request.batch - 1) * max(0.0, c.dma_latency_s - per_seq))
 
 
 @COST.register("moe")

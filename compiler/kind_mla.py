@@ -139,8 +139,7 @@ def _cost(cx, node, ph: dict) -> dict:
                             cx.target, cx.model.dtype.value)[g.form]
     tiles = cx.request.batch * kv.tiles_per_seq
     overhead = (2 if g.form == "absorbed" else 1 + g.heads) * tiles * c.tile_overhead_s
-    rate = cx.target.bf16_flops / (c.f32_matmul_slowdown
-                                   if cx.model.dtype.value == "float32" else 1)
+    rate = cx.rate
     # The form's matmuls include the ring's W_UK / W_UV (absorbed: once per
     # step; expanded: per tile), so they replace the ring's own charge.
     return dict(ph, other_bytes=ph["other_bytes"] + kv.bytes_per_layer,

@@ -15,30 +15,48 @@ softmax denominator (the online softmax starts from it: m = sink, l = 1);
 name (the planner records them in the plan; the kernel declares the plan's):
   k_tiles, v_tiles  (2, kv_tile, HD) cache dtype   K / V tile double buffers
   tile_sems         DMA (2, 2)                     [k|v, slot]
-  window            (2, W, HD) cache dtype         the sequence's window of new rows, k|v
-  window_sems       DMA (2,)                       window load/store, k|v
+  window            (2, 2, W, HD) cache dtype      the sequences' windows of new rows,
+                                                   [sequence parity, k|v]
+  window_sems       DMA (2, 2)                     window load/store, [parity, k|v]
   q_scaled          (kv_heads, G*RP, D) f32        scaled q, group heads stacked in rows
   m, l              (kv_heads, G*RP, 1) f32        online-softmax running max, denominator
   acc, out          (kv_heads, G*RP, D) f32        running numerator, finished rows
 with HD = kv_heads*head_dim, G = q_heads // kv_heads, RP = rows_padded and
 W = window_rows(g): the aligned rows holding the call's tokens*steps new rows.
 
+``prefetch(g, k_cache, v_cache, k_new, v_new, layer, start_ref, origin_ref,
+first, **buffers, sync=False, when=True)`` - starts ``layer``'s first window
+load and first cache tile, which depend only on the layer and the positions:
+the megakernel calls it a layer ahead; ``attend`` of that layer waits them
+(with ``sync``, the synchronised ablation, ``attend`` starts them itself).
+
 ``attend(g, q, k, v, k_cache, v_cache, k_new, v_new, layer, start_ref,
-origin_ref, first, **buffers, sinks=None, stopped=None) -> out`` - q [RP,
-Hq*D] f32 (roped), k/v [RP, HD] f32 values; caches are READ-ONLY HBM refs [L,
-batch, max_seq_len, HD]; k_new/v_new the kernel's HBM outputs [L, batch, W,
-HD] (backends/pallas_tpu/new_rows.py writes them into the caches after the
-call); layer a traced int32; start_ref SMEM [batch] int32 (this step's
-positions), origin_ref SMEM [batch] (the call's first positions: they place
-the window, ``window_start``), first: the call's first step (bool or traced);
-sinks [1, q_heads] f32 (with ``g.sinks``); stopped SMEM [batch] int32 (a
-multi-step call: sequences with stopped[b] != 0 write no new rows). Puts new
-k/v at positions start[b]+t of the window (loaded from the cache on the first
-step, else from the output), stores it, then attends over positions j <=
-start[b]+t (and j > start[b]+t-window): cache tiles for j < the window's
+origin_ref, first, **buffers, sinks=None, stopped=None, sync=False) -> out`` -
+q [RP, Hq*D] f32 (roped), k/v [RP, HD] f32 values; caches are READ-ONLY HBM
+refs [L, batch, max_seq_len, HD]; k_new/v_new the kernel's HBM outputs [L,
+batch, W, HD] (backends/pallas_tpu/new_rows.py writes them into the caches
+after the call); layer the stack's repetition, traced int32 (0-based: the
+windows are numbered from repetition 0); start_ref SMEM [batch] int32 (this
+step's positions), origin_ref SMEM [batch] (the call's first positions: they
+place the window, ``window_start``), first: the call's first step (bool or
+traced); sinks [1, q_heads] f32 (with ``g.sinks``); stopped SMEM [batch]
+int32 (a multi-step call: sequences with stopped[b] != 0 write no new rows).
+Puts new k/v at positions start[b]+t of the window (loaded from the cache on
+the first step, else from the output), stores it, then attends over positions
+j <= start[b]+t (and j > start[b]+t-window): cache tiles for j < the window's
 start, the window in VMEM for the rest. Returns [RP, Hq*D] f32 (padding rows
-0). Every DMA is waited before return, so it can run once per layer in a
-fori_loop. Requires start[b] + tokens <= max_seq_len (the reference clamps).
+0). Requires start[b] + tokens <= max_seq_len (the reference clamps).
+
+``drain(g, k_cache, v_cache, k_new, v_new, layers, **buffers, sync=False)`` -
+after the stack's loop over ``layers`` repetitions: waits the last windows'
+stores. Every other DMA ``attend`` waits before it returns.
+
+The DMAs leave the critical path: the windows rotate through two slots
+across sequences and layers (``new_rows.Windows``: b + 1's loads while b is
+scored, stores run on until the slot is needed again), b + 1's first tile
+starts when b's tiles are done, and the next layer's first window and tile
+start as soon as this layer's attend returns. Under ``sync`` (the
+synchronised ablation) each attend starts its own DMAs and waits them all.
 
 Why this shape: a kernel that does remote DMAs gets its aliased operands
 copied by XLA around every call, so the cache is only read here and the new
@@ -159,9 +177,9 @@ def buffers(g: AttentionGeometry) -> tuple[Need, ...]:
         Need("k_tiles", vmem, (2, g.kv_tile, hd), dt, f"double buffer of {g.kv_tile}-token K tiles"),
         Need("v_tiles", vmem, (2, g.kv_tile, hd), dt, f"double buffer of {g.kv_tile}-token V tiles"),
         Need("tile_sems", dma, (2, 2), "dma_semaphore", "[k|v, slot]"),
-        Need("window", vmem, (2, window_rows(g), hd), dt,
-             "aligned cache rows around the new tokens, k|v (read-modify-write)"),
-        Need("window_sems", dma, (2,), "dma_semaphore", "[k|v]"),
+        Need("window", vmem, (2, 2, window_rows(g), hd), dt,
+             "aligned cache rows around the new tokens, [sequence parity, k|v]"),
+        Need("window_sems", dma, (2, 2), "dma_semaphore", "[sequence parity, k|v]"),
         Need("q_scaled", vmem, (g.kv_heads, gr, g.head_dim), f32,
              "scaled q, the group's heads stacked along rows"),
         Need("m", vmem, (g.kv_heads, gr, 1), f32, "online softmax running max"),
@@ -178,22 +196,69 @@ def _row_of(shape, rows_padded, group):
     return jnp.concatenate([one] * group, axis=0) if group > 1 else one
 
 
-def _window(g, k, v, caches, news, layer, b, pos, w0, first, win, wsem, live):
-    """The sequence's window of this call's rows, in ``win`` [k|v] (VMEM) and
-    stored to the new-rows outputs: loaded, this step's rows put in unless the
-    sequence stopped (``live`` false), stored."""
-    wr = window_rows(g)
-    for j in range(2):
-        new_rows.load_window(caches[j].at[layer, b, pl.ds(w0, wr), :], news[j].at[layer, b],
-                             win.at[j], wsem.at[j], first)
+def _windows(g, caches, news, layer, origin_ref, first, window, window_sems, sync=False):
+    """The sequences' windows of this call's rows (new_rows.Windows), numbered
+    across the stack's layers (from 0 in each layer under ``sync``)."""
+    return new_rows.Windows(caches, news, layer, lambda b: window_start(g, origin_ref[b]),
+                            first, window, window_sems, n0=0 if sync else layer * g.batch)
 
-    def put():
-        for j, new in enumerate((k, v)):
-            new_rows.put_rows(new, win.at[j], pos - w0, b * g.tokens, g.tokens)
 
-    new_rows.when(live, put)
-    for j in range(2):
-        new_rows.store_window(win.at[j], news[j].at[layer, b], wsem.at[j])
+def _tiles_before(g: AttentionGeometry, start_ref, origin_ref, b):
+    """(lo, hi, below): sequence b's cache tiles [lo, hi) hold its keys before
+    the window (those below ``below``); with a sliding window the earliest
+    visible key is pos - window + 1 (query t = 0)."""
+    pos, St = start_ref[b], g.kv_tile
+    below = jnp.minimum(pos + g.tokens, window_start(g, origin_ref[b]))
+    hi = (below + St - 1) // St
+    lo = 0 if g.window is None else jnp.maximum(pos - g.window + 1, 0) // St
+    return lo, hi, below
+
+
+def _tile_copies(g, k_cache, v_cache, layer, b, i, k_tiles, v_tiles, tile_sems):
+    s0 = pl.multiple_of(i * g.kv_tile, g.kv_tile)
+    slot = i % 2
+    return (pltpu.make_async_copy(k_cache.at[layer, b, pl.ds(s0, g.kv_tile), :],
+                                  k_tiles.at[slot], tile_sems.at[0, slot]),
+            pltpu.make_async_copy(v_cache.at[layer, b, pl.ds(s0, g.kv_tile), :],
+                                  v_tiles.at[slot], tile_sems.at[1, slot]))
+
+
+def _start_first_tile(g, k_cache, v_cache, layer, start_ref, origin_ref, b, k_tiles, v_tiles,
+                      tile_sems):
+    lo, hi, _ = _tiles_before(g, start_ref, origin_ref, b)
+
+    @pl.when(lo < hi)
+    def _():
+        for c in _tile_copies(g, k_cache, v_cache, layer, b, lo, k_tiles, v_tiles, tile_sems):
+            c.start()
+
+
+def prefetch(g: AttentionGeometry, k_cache, v_cache, k_new, v_new, layer, start_ref, origin_ref,
+             first, *, k_tiles, v_tiles, tile_sems, window, window_sems, sync=False, when=True,
+             **_):
+    """Begin ``layer``'s first window load and first cache tile (if ``when``).
+    Both depend only on the layer and the positions, so the megakernel starts
+    them a layer ahead (after the previous repetition's attend; before the
+    loop for repetition 0) and they stream under the MLP and projections;
+    ``attend`` waits them. ``sync`` (the synchronised ablation): nothing here,
+    ``attend`` starts its own."""
+    def start():
+        _windows(g, (k_cache, v_cache), (k_new, v_new), layer, origin_ref, first, window,
+                 window_sems, sync).start_load(0)
+        _start_first_tile(g, k_cache, v_cache, layer, start_ref, origin_ref, 0, k_tiles,
+                          v_tiles, tile_sems)
+
+    new_rows.when(when, start)
+
+
+def drain(g: AttentionGeometry, k_cache, v_cache, k_new, v_new, layers: int, *, window,
+          window_sems, sync=False, **_):
+    """After the stack's loop of ``layers`` repetitions: wait the last
+    windows' stores (the megakernel emits it; under ``sync`` each attend waits
+    its own)."""
+    if not sync:
+        new_rows.Windows((k_cache, v_cache), (k_new, v_new), 0, lambda b: 0, True, window,
+                         window_sems).drain(layers * g.batch)
 
 
 def _sink_rows(g: AttentionGeometry, sinks, h: int):
@@ -206,7 +271,11 @@ def _sink_rows(g: AttentionGeometry, sinks, h: int):
 
 def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, k_new, v_new, layer, start_ref,
            origin_ref, first, *, k_tiles, v_tiles, tile_sems, window, window_sems, q_scaled,
-           m, l, acc, out, sinks=None, stopped=None):  # noqa: E741
+           m, l, acc, out, sinks=None, stopped=None, sync=False):  # noqa: E741
+    if sync:      # the synchronised ablation: no DMA started ahead of this op
+        prefetch(g, k_cache, v_cache, k_new, v_new, layer, start_ref, origin_ref, first,
+                 k_tiles=k_tiles, v_tiles=v_tiles, tile_sems=tile_sems, window=window,
+                 window_sems=window_sems, sync=True)
     kbuf, vbuf, tsem, win, wsem = k_tiles, v_tiles, tile_sems, window, window_sems
     q_s, m_s, l_s, acc_s, o_s = q_scaled, m, l, acc, out
     D, G, RP, St, T = g.head_dim, g.group, g.rows_padded, g.kv_tile, g.tokens
@@ -218,12 +287,11 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, k_new, v_new, layer,
     o_s[...] = jnp.zeros(o_s.shape, jnp.float32)
     n_out = _row_of((GR, D), RP, G)
 
-    def tile_copies(b, i, slot):
-        s0 = pl.multiple_of(i * St, St)
-        return (pltpu.make_async_copy(k_cache.at[layer, b, pl.ds(s0, St), :],
-                                      kbuf.at[slot], tsem.at[0, slot]),
-                pltpu.make_async_copy(v_cache.at[layer, b, pl.ds(s0, St), :],
-                                      vbuf.at[slot], tsem.at[1, slot]))
+    wins = _windows(g, (k_cache, v_cache), (k_new, v_new), layer, origin_ref, first, win, wsem,
+                    sync)
+
+    def tile_copies(b, i):
+        return _tile_copies(g, k_cache, v_cache, layer, b, i, kbuf, vbuf, tsem)
 
     def score(b, pos, k0, keys, kv, below):
         """Online softmax over ``keys`` keys from position k0: kv(h, j0, sub)
@@ -262,23 +330,21 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, k_new, v_new, layer,
                 m_s[h] = m_new
 
     def seq_body(b, carry):
+        # In flight already: b's window load and first tile (``prefetch`` for
+        # the first sequence, the previous sequence's body for the others).
         pos = start_ref[b]
-        w0 = window_start(g, origin_ref[b])
         live = True if stopped is None else stopped[b] == 0   # a stopped sequence writes nothing
-        _window(g, k, v, (k_cache, v_cache), (k_new, v_new), layer, b, pos, w0, first, win,
-                wsem, live)
-        n_valid = pos + T
-        # The cache holds keys before the window (this call's rows are in the
-        # window only); the window holds the rest, up to n_valid.
-        below = jnp.minimum(n_valid, w0)
-        hi = (below + St - 1) // St
-        # With a window the earliest visible key is pos - window + 1 (query t = 0).
-        lo = 0 if g.window is None else jnp.maximum(pos - g.window + 1, 0) // St
+        wins.wait_load(b)
+        for j, new in enumerate((k, v)):
+            new_rows.when(live, lambda j=j, new=new: new_rows.put_rows(
+                new, wins.view(b, j), pos - window_start(g, origin_ref[b]), b * T, T))
+        wins.start_store(b)          # runs on while b's keys are scored, and later
 
-        @pl.when(lo < hi)
+        @pl.when(b + 1 < g.batch)    # the next sequence's window, into the other slot
         def _():
-            for c in tile_copies(b, lo, lo % 2):
-                c.start()
+            wins.start_load(b + 1)
+        lo, hi, below = _tiles_before(g, start_ref, origin_ref, b)
+        w0, n_valid = window_start(g, origin_ref[b]), pos + T
 
         if g.sinks:     # the sink is one more key with no value: e^(sink - m) in l
             for h in range(g.kv_heads):
@@ -294,10 +360,10 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, k_new, v_new, layer,
 
             @pl.when(i + 1 < hi)
             def _():
-                for c in tile_copies(b, i + 1, 1 - slot):
+                for c in tile_copies(b, i + 1):
                     c.start()
 
-            for c in tile_copies(b, i, slot):
+            for c in tile_copies(b, i):
                 c.wait()
             score(b, pos, i * St, St, lambda h, j0, sub: (
                 kbuf[slot, pl.ds(j0, sub), pl.ds(h * D, D)],
@@ -305,9 +371,15 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, k_new, v_new, layer,
             return c2
 
         jax.lax.fori_loop(lo, hi, tile_body, 0)
+
+        @pl.when(b + 1 < g.batch)   # both tile slots are free: the next sequence's first
+        def _():
+            _start_first_tile(g, k_cache, v_cache, layer, start_ref, origin_ref, b + 1, kbuf,
+                              vbuf, tsem)
+
+        wk, wv = wins.view(b, 0), wins.view(b, 1)
         score(b, pos, w0, W, lambda h, j0, sub: (
-            win[0, pl.ds(j0, sub), pl.ds(h * D, D)],
-            win[1, pl.ds(j0, sub), pl.ds(h * D, D)]), n_valid)
+            wk[pl.ds(j0, sub), pl.ds(h * D, D)], wv[pl.ds(j0, sub), pl.ds(h * D, D)]), n_valid)
         rows_b = (n_out >= b * T) & (n_out < b * T + T)
         for h in range(g.kv_heads):
             l = l_s[h]
@@ -316,5 +388,7 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, k_new, v_new, layer,
         return carry
 
     jax.lax.fori_loop(0, g.batch, seq_body, 0)
+    if sync:
+        wins.drain(g.batch)
     outs = [o_s[h][j * RP:(j + 1) * RP] for h in range(g.kv_heads) for j in range(G)]
     return jnp.concatenate(outs, axis=1) if len(outs) > 1 else outs[0]

@@ -168,9 +168,21 @@ def _attention(c: StackCtx, n) -> list[str]:
     mem = c.plan.memory
     lib = c.library("attention")
     sinks = f", sinks={c.vec(n.name + '.sinks')}" if n.op.sinks else ""
-    return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, "
-            f"{c.appended(n.name, 'kv')}, k, {c.start_ref}, start_pos, {c.first_step}, "
-            f"{c.buffers(n.name)}{sinks}{c.stopped()})"]
+    g, count = c.geometry(n.name), literal(c.shard.count)
+
+    def state(layer: str) -> str:
+        return (f"{c.appended(n.name, 'kv')}, {layer}, {c.start_ref}, start_pos, "
+                f"{c.first_step}, {c.buffers(n.name)}, sync=SYNCHRONISED")
+
+    # The first window and KV tile of a repetition are started a layer ahead.
+    c.before.append(f"{lib}.prefetch({g}, {state('0')})  # layers[{c.s}].{n.name}: "
+                    "repetition 0's first window and KV tile")
+    c.after.append(f"{lib}.drain({g}, {c.appended(n.name, 'kv')}, {count}, "
+                   f"{c.buffers(n.name)}, sync=SYNCHRONISED)  # layers[{c.s}].{n.name}: "
+                   "the last windows' stores")
+    return [f"{v(n.outputs[0])} = {lib}.attend({g}, {q}, {kk}, {vv}, {state('k')}{sinks}"
+            f"{c.stopped()})",
+            f"{lib}.prefetch({g}, {state('k + 1')}, when=k + 1 < {count})"]
 
 
 @EMITTERS.register("mlp")

@@ -68,6 +68,74 @@ def store_window(win, dst, sem):
     c.wait()
 
 
+class Windows:
+    """Sequences' windows rotating through two VMEM slots, so that their DMAs
+    leave the critical path: a window loads into one slot while the previous
+    one is read from the other, and its store to the output runs on while
+    later windows are used. Windows are numbered across a stack's layers,
+    n = layer * batch + b (``n0`` the number of sequence 0 in this layer), and
+    window n takes slot n % 2.
+
+    ``caches`` / ``news``: one HBM ref per part (attention's k and v, MLA's
+    latent), [reps, batch, seq, width] read-only and the output [reps, batch,
+    W, width]; ``win`` VMEM (2, parts, W, width) and ``sem`` DMA (2, parts),
+    [slot, part]; ``w0(b)`` the first cache row of sequence b's window. Each
+    semaphore has at most one DMA outstanding: loading window n first waits the
+    store of window n - 2 (the slot's previous use), and ``drain`` waits the
+    stores no later load waits."""
+
+    def __init__(self, caches, news, layer, w0, first, win, sem, n0=0):
+        self.caches, self.news, self.layer, self.w0 = caches, news, layer, w0
+        self.first, self.win, self.sem, self.n0 = first, win, sem, n0
+        self.rows = win.shape[2]
+
+    def slot(self, b):
+        return (self.n0 + b) % 2
+
+    def view(self, b, part: int):
+        """Sequence b's window of ``part`` (a VMEM ref [W, width])."""
+        return self.win.at[self.slot(b), part]
+
+    def _load(self, b, j, src):
+        return pltpu.make_async_copy(src, self.view(b, j), self.sem.at[self.slot(b), j])
+
+    def _from_cache(self, b, j):
+        return self._load(b, j, self.caches[j].at[self.layer, b, pl.ds(self.w0(b), self.rows), :])
+
+    def _store(self, b, j):
+        return pltpu.make_async_copy(self.view(b, j), self.news[j].at[self.layer, b],
+                                     self.sem.at[self.slot(b), j])
+
+    def start_load(self, b):
+        """Start loading sequence b's window: from the cache on the call's first
+        step, else from the output the previous step stored it to."""
+        when(self.n0 + b >= 2, lambda: self.wait_store(b))   # window n - 2's, same slot
+        for j in range(len(self.caches)):
+            when(self.first, lambda j=j: self._from_cache(b, j).start())
+            if not (isinstance(self.first, bool) and self.first):
+                when(jnp.logical_not(self.first),
+                     lambda j=j: self._load(b, j, self.news[j].at[self.layer, b]).start())
+
+    def wait_load(self, b):
+        for j in range(len(self.caches)):
+            self._from_cache(b, j).wait()   # the same bytes, whichever source
+
+    def start_store(self, b):
+        for j in range(len(self.caches)):
+            self._store(b, j).start()
+
+    def wait_store(self, b):
+        """Wait the store outstanding in sequence b's slot (a window's bytes)."""
+        for j in range(len(self.caches)):
+            self._store(b, j).wait()
+
+    def drain(self, end: int):
+        """Wait the stores of windows end - 2 and end - 1 (``end`` static: the
+        windows numbered so far), which no later load waits."""
+        for n in range(max(end - 2, 0), end):
+            self.wait_store(n - self.n0)
+
+
 def put_rows(new, win_ref, at, first_row: int, tokens: int):
     """Window rows at..at+tokens-1 <- rows first_row.. of ``new`` [RP, width]
     (a traced ``at``: vector masks, no dynamic sublane slicing)."""

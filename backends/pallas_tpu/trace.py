@@ -58,7 +58,7 @@ class TraceResult:
 
 
 _KINDS = (("Stream.", "ring"), ("Vectors.", "vector"), ("gather_embedding", "embed"),
-          ("attention.py", "kv"), ("moe.py", "experts"), ("gdn.py", "state"))
+          ("attention.py", "kv"), ("new_rows.py", "kv"), ("moe.py", "experts"), ("gdn.py", "state"))
 
 
 def _kind(dma, ipc) -> str:
@@ -131,8 +131,10 @@ class DmaLog:
 
 
 def trace_step(model, plan, weights, *, module=None, out_dir=None, seed: int = 0,
-               interpret=None) -> TraceResult:
-    """Run one decode step (fresh caches) and return its executed DMAs."""
+               interpret=None, positions=None) -> TraceResult:
+    """Run one decode step (fresh caches) and return its executed DMAs; the
+    step starts at ``positions`` ([batch], default: ``tokens``, after a step
+    at 0 that is not logged)."""
     from megakernel.backends.pallas_tpu import compile_model, load, run
     from megakernel.models import reference
 
@@ -148,8 +150,9 @@ def trace_step(model, plan, weights, *, module=None, out_dir=None, seed: int = 0
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, model.vocab_size, (b, t)).astype(np.int32)
     runner.step(tokens, np.zeros((b,), np.int32))          # compile outside the log
+    start = np.full((b,), t, np.int32) if positions is None else np.asarray(positions, np.int32)
     with DmaLog() as log:
-        runner.step(tokens, np.full((b,), t, np.int32))
+        runner.step(tokens, start)
     return TraceResult(tuple(log.events), log.order)
 
 

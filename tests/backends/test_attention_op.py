@@ -35,13 +35,19 @@ def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
                *scr):
         sinks = sinks_ref[...] if g.sinks else None
 
+        # The megakernel's repetitions count from 0 in its stack loop (the
+        # windows are numbered from there): the touched layers as a view.
+        caches = tuple(r.at[pl.ds(layer_ref[0], loop)] for r in (kc, vc, kn, vn))
+        bufs = dict(zip(names, scr))
+
         def body(i, c):
-            o_ref[i] = A.attend(g, q_ref[i], k_ref[i], v_ref[i], kc, vc, kn, vn,
-                                layer_ref[0] + i, start_ref, start_ref, True,
-                                **dict(zip(names, scr)), sinks=sinks)
+            A.prefetch(g, *caches, i, start_ref, start_ref, True, **bufs)
+            o_ref[i] = A.attend(g, q_ref[i], k_ref[i], v_ref[i], *caches, i, start_ref,
+                                start_ref, True, **bufs, sinks=sinks)
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
+        A.drain(g, *caches, loop, **bufs)
 
     cache = jax.ShapeDtypeStruct((layers, g.batch, A.window_rows(g), g.width), g.cache_dtype)
     smem = pl.BlockSpec(memory_space=pltpu.SMEM)

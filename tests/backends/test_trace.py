@@ -94,3 +94,49 @@ def test_moe_step_reads_each_routed_expert_once(devices, moe_parallel, tmp_path)
         # everything else is streamed exactly as planned, as for dense models
         assert got["ring"] == want_dense["ring"]
         assert got["vector"] == want_dense["vector"]
+
+
+def _in_flight_under(program, kinds=("kv",)) -> dict[int, list[str]]:
+    """Per DMA of ``kinds`` (in start order): the kinds of the other DMAs the
+    core waited for between starting it and waiting for it."""
+    open_, out = {}, {}
+    for op, dma, _, kind in program:
+        if op == "start" and kind in kinds:
+            open_[dma] = []
+        elif op == "done":
+            if dma in open_:
+                out[dma] = open_.pop(dma)
+            for waits in open_.values():
+                waits.append(kind)
+    return out
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["megakernel", "synchronised"])
+def test_attention_dmas_leave_the_critical_path(sync, tmp_path):
+    """Issue 17 item 2: every KV-cache DMA (window loads and stores, cache
+    tiles) is in flight while the core waits for something else; each layer's
+    first window load starts a layer ahead, so weight tiles are consumed under
+    it. The synchronised ablation waits each at once (the control)."""
+    from megakernel.backends import pallas_tpu as backend
+    from megakernel.backends.pallas_tpu import load
+
+    model = zoo.model("tiny-dense")
+    plan = plan_model(model, devices=1, batch=2, tokens=1)
+    g = next(og.geometry for og in plan.memory.geometries if og.library == "attention")
+    module = load.import_module(backend.compile_model(model, plan, tmp_path, synchronised=sync))
+    # sequence 0 reads two cache tiles before its window, sequence 1 none
+    start = [g.kv_tile + 40, 3]
+    assert start[0] + 16 <= g.max_seq_len
+    result = trace.trace_step(model, plan, init_weights(model), module=module, positions=start)
+    under = _in_flight_under(result.program(0))
+    events = {e.order: e for e in result.events}
+    loads = [d for d in under if events[d].dst == "vmem" and events[d].nbytes == g.width * 16 * 2]
+    layers = len(model.layers)
+    # per layer: 2 sequences x k|v window load and store, 2 tiles x k|v
+    assert len(under) == layers * (4 * 2 + 2 * 2) and len(loads) == layers * 2 * 2
+    first_loads = [d for i, d in enumerate(loads) if i % 4 < 2]    # sequence 0's k and v
+    if sync:   # no weight tile is consumed under a window load: it is waited inside attend
+        assert all("ring" not in under[d] for d in loads), {d: under[d] for d in loads}
+    else:
+        assert all(under.values()), under
+        assert all("ring" in under[d] for d in first_loads), {d: under[d] for d in first_loads}
