@@ -133,7 +133,7 @@ def _run(run, view: View, spec: ParamSpec):
     try:
         return run(view, spec)
     except ConfigError as err:
-        if not view.shaped:
+        if not any(err.message.startswith(f"{n} has shape") for n in view.shaped):
             raise
         raise ConfigError(err.message, path=err.path, hint=(err.hint + "; " if err.hint else "")
                           + f"the [out, in] of {sorted(view.shaped)[0]} is its codes' shape "
@@ -191,7 +191,7 @@ def _read_packed(files, module: str, layout: Layout) -> Packed:
         # from_shipped checks the scales' shape and values; int8's per-channel
         # scales ship as [out, 1], i.e. [1, out] in the IR's orientation.
         return from_shipped(fmt, codes.T, np.asarray(scales).T, scale_name,
-                            codes_name=codes_name)
+                            codes_name=codes_name, transposed=True)
     except ConfigError as err:
         raise ConfigError(f"{err.path}: {err.message}", path="checkpoint",
                           hint=err.hint) from None
