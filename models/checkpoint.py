@@ -273,7 +273,7 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
             array = _load_one(files, model_type, names, weight, spec, model)
         else:
             array = shipped_view.load(
-                files, scheme, kinds.get(weight), spec, keep.value,
+                files, scheme, weight, kinds.get(weight), spec, keep.value,
                 lambda view, s, w=weight: _load_one(view, model_type, names, w, s, model))
         weights[weight] = array if isinstance(array, Packed) else np.asarray(array, keep.np)
     _check_leftovers(files, model, weights, ignored)

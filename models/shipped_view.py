@@ -102,10 +102,11 @@ class View:
         return (decode_np(p) * np.repeat(p.scales, p.group(), axis=-2)).T
 
 
-def load(files, scheme: Scheme, kind: str | None, spec: ParamSpec, dtype: str, run):
-    """One IR weight of ``spec`` (weight kind ``kind``), ``run(view, spec)``
-    being its checkpoint rule: a ``Packed`` when its modules ship in the
-    weight's format, else an array (dequantized or float)."""
+def load(files, scheme: Scheme, weight: str, kind: str | None, spec: ParamSpec, dtype: str,
+         run):
+    """IR weight ``weight`` of ``spec`` (weight kind ``kind``), ``run(view,
+    spec)`` being its checkpoint rule: a ``Packed`` when its modules ship in
+    the weight's format, else an array (dequantized or float)."""
     fmt = formats.get(spec.format)
     if fmt.plain:
         return _run(run, View(files, scheme, kind, "values"), spec)
@@ -117,7 +118,7 @@ def load(files, scheme: Scheme, kind: str | None, spec: ParamSpec, dtype: str, r
     floats = sorted(n for n, lay in view.seen.items() if lay is None)
     if floats:
         raise ConfigError(f"one weight from tensors of which {shipped[:3]} ship quantized and "
-                          f"{floats[:3]} do not", path="checkpoint",
+                          f"{floats[:3]} do not", path=weight,
                           hint="quantize all of them (config_groups / ignore) or none")
     k = spec.shape[-2]
     view.mode = "scales"

@@ -11,6 +11,7 @@ numpy writer (tests/models/shipped_writers.py):
 """
 
 import dataclasses
+import json
 
 import jax.numpy as jnp
 import numpy as np
@@ -265,6 +266,33 @@ def test_malformed_tensors_are_named(tmp_path, make, needle):
     with pytest.raises(ConfigError) as info:
         load_checkpoint(folder)
     assert needle in str(info.value), str(info.value)
+
+
+def test_tensors_that_disagree_with_the_config_are_named(tmp_path):
+    """The config says float but the module ships fp8; one stacked experts
+    weight whose experts are partly ignored (the card leaves experts plain:
+    asking int4_g32 for them names the expert that ships as a float)."""
+    folder = _fp8_dense(tmp_path / "a", lambda t: None)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["modules_to_not_convert"] = ["q_proj"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=Q + "weight is stored as F8_E4M3"):
+        load_checkpoint(folder)
+    one = {**W.QWEN3_MOE, "num_hidden_layers": 1}
+    tensors = W.qwen3_tensors(np.random.default_rng(5), one)
+    skip = "model.layers.0.mlp.experts.2.up_proj"
+    out, _ = W.ship(tensors, {k: "int4_g32" for k in tensors
+                              if k.endswith("proj.weight") and not k.startswith(skip)})
+    folder = W.write(tmp_path / "b", {**one, "quantization_config": {
+        **CT, "config_groups": {"g": ct_group(["Linear"])},
+        "ignore": ["lm_head", "re:.*mlp\\.gate$", skip]}}, out)
+    model = build(from_hf(folder))
+    assert model.quantize.chosen() == {"dense": "int4_g32"}
+    asked = dataclasses.replace(model, quantize=dataclasses.replace(model.quantize,
+                                                                    experts="int4_g32"))
+    with pytest.raises(ConfigError, match="layers.0.moe.experts_up: one weight from tensors "
+                                          "of which .* ship quantized and .*experts.2.up_proj"):
+        load_checkpoint(folder, asked)
 
 
 def test_a_second_rounding_is_refused(tmp_path):
