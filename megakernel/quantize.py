@@ -267,13 +267,17 @@ def quantize_weights(model, weights: dict, dtype=None) -> dict:
 
 
 def from_shipped(fmt: Format, codes: np.ndarray, scales: np.ndarray, name: str,
-                 dtype: str = "bfloat16") -> Packed:
+                 dtype: str = "bfloat16", *, codes_name: str = "",
+                 transposed: bool = False) -> Packed:
     """A weight as a checkpoint ships it, in the IR's [..., K, N] orientation:
     ``codes`` (int8 values; e4m3 or e2m1 bit patterns as uint8, or a float8
     array) and ``scales`` as shipped (int8/int4: [..., K/g, N]; fp8_b128: f32
     [..., ceil(K/128), ceil(N/128)]; mxfp4: E8M0 bytes [..., K/32, N]).
     Malformed scales are a ``ConfigError`` naming the tensor ``name``: a zero,
-    NaN or infinite scale, an E8M0 byte 0 or 255 (not a usable power of two)."""
+    NaN or infinite scale, an E8M0 byte 0 or 255 (not a usable power of two);
+    NaN e4m3 codes name ``codes_name`` (default ``name``). ``transposed``: the
+    arrays are a checkpoint's [..., out, in] tensors transposed, so an error
+    gives the index of the bad scale in the tensor as stored."""
     from megakernel.errors import ConfigError
 
     codes = np.asarray(codes)
@@ -294,11 +298,12 @@ def from_shipped(fmt: Format, codes: np.ndarray, scales: np.ndarray, name: str,
         what = "zero, NaN or infinite scales"
     if bad.any():
         first = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ConfigError(f"{int(bad.sum())} {what} (first at {list(first)}: "
-                          f"{raw[first]!r})", path=name,
+        stored = (*first[:-2], first[-1], first[-2]) if transposed else first
+        raise ConfigError(f"{int(bad.sum())} {what} (first at {list(stored)}: "
+                          f"{raw[first].item()!r})", path=name,
                           hint="the checkpoint's scales are corrupt or not of this format")
     if fmt.code == "float8_e4m3fn" and ((codes & 0x7F) == 0x7F).any():
-        raise ConfigError("float8 e4m3 codes hold NaN (0x7f / 0xff)", path=name,
+        raise ConfigError("float8 e4m3 codes hold NaN (0x7f / 0xff)", path=codes_name or name,
                           hint="the checkpoint's codes are corrupt")
     if fmt.scale == "e8m0":
         s = e8m0_scales(raw)

@@ -13,8 +13,12 @@ found with its shape, and every tensor of the files must be used.
 
 Files are untrusted data (``models/tensor_files.py``): headers, offsets and
 shard paths are checked before any tensor is read, integer or 8-bit tensors
-are refused, NaN or infinite values are errors naming the tensor, and float16,
-bfloat16, float32 and float64 tensors are converted to the model's dtype.
+are refused where a float weight is expected, NaN or infinite values are
+errors naming the tensor, and float16, bfloat16, float32 and float64 tensors
+are converted to the model's dtype. A checkpoint whose config.json has a
+``quantization_config`` (DeepSeek fp8, compressed-tensors pack-quantized) is
+read as shipped (models/shipped.py, models/shipped_view.py): the weights its
+modules ship quantized keep their codes and scales.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from megakernel.quantize import quantize_weights
+from megakernel.quantize import Packed, quantize_weights
 from megakernel.errors import ConfigError, shown
 from megakernel.ir.graph import Model
 from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType, ParamSpec
+from megakernel.models import shipped, shipped_view
 from megakernel.models.tensor_files import TensorFiles as _Files
 
 
@@ -238,8 +243,9 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
     """IR-named numpy weights of the checkpoint folder ``path``, in
     ``model.params()`` order, cast to ``dtype`` (default: the model's; weights
     the IR keeps in float32 stay float32); weights the model quantizes come
-    back quantized (``quantize.Packed``, rounded from the checkpoint's values). ``model`` defaults to the folder's
-    config.json imported with ``from_hf``."""
+    back quantized (``quantize.Packed``): as shipped when the checkpoint ships
+    them in that format, else rounded from the checkpoint's values. ``model``
+    defaults to the folder's config.json imported with ``from_hf``."""
     from megakernel.models.hf import from_hf, supported
 
     folder = Path(path)
@@ -255,11 +261,21 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
     target = DType.parse(dtype) if dtype is not None else model.dtype
     files = _Files(folder)
     names, ignored = _family_tables(model_type, config, model)
+    scheme = None
+    if config.get("quantization_config") is not None:
+        scheme = shipped.read(config["quantization_config"],
+                              path=f"{folder / 'config.json'}: quantization_config")
+        kinds = shipped_view.weight_kinds(model)
     weights = {}
     for weight, spec in model.params().items():
-        array = _load_one(files, model_type, names, weight, spec, model)
         keep = spec.dtype if spec.dtype != model.dtype else target
-        weights[weight] = np.asarray(array, dtype=keep.np)
+        if scheme is None:
+            array = _load_one(files, model_type, names, weight, spec, model)
+        else:
+            array = shipped_view.load(
+                files, scheme, weight, kinds.get(weight), spec, keep.value,
+                lambda view, s, w=weight: _load_one(view, model_type, names, w, s, model))
+        weights[weight] = array if isinstance(array, Packed) else np.asarray(array, keep.np)
     _check_leftovers(files, model, weights, ignored)
     # Quantize on load: weights whose kind the model's quantize table names
     # are rounded to their format (megakernel/quantize.py).

@@ -14,6 +14,7 @@ unsupported key and value of the file. Families differ only by the rows of
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ from megakernel.ir import limits
 from megakernel.ir.config import MoEConfig, ModelConfig, build
 from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType
-from megakernel.models import hf_hybrid
+from megakernel.ir.weight_kinds import Quantize
+from megakernel.models import hf_hybrid, shipped, shipped_view
 from megakernel.models.hf_extras import EXTRAS, gpt_oss_moe
 from megakernel.models.hf_fields import REQUIRED, FieldReader
 from megakernel.models.hf_rope import read_rope
@@ -136,15 +138,33 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
     limit = r.get("max_position_embeddings", int, max_seq_len, low=1)
     fields["max_seq_len"] = min(max_seq_len, max_seq_len if limit is None else limit)
     fields["name"] = name or _default_name(data, folder, model_type)
+    scheme = _shipped_scheme(r)
     r.unknown_keys()
     r.raise_problems()
     try:
         card = ModelConfig(**fields)
-        build(card)
+        model = build(card)
+        if scheme is not None:
+            # Pre-quantized: the kinds that ship in one format take it (models/shipped_view.py).
+            table = shipped_view.card_table(scheme, model, data)
+            card = dataclasses.replace(card, quantize=Quantize(**table))
+            build(card)
     except IRError as err:
         raise ConfigError(err.message, path=f"{source}: {err.path}" if err.path else source,
                           hint=err.hint) from None
     return card
+
+
+def _shipped_scheme(r: FieldReader):
+    """The ``shipped.Scheme`` of a pre-quantized checkpoint's config, or None;
+    its problems are recorded as ``quantization_config.*``."""
+    config = r.get("quantization_config", dict, None)
+    if config is None:
+        return None
+    scheme, problems = shipped.read_problems(config)
+    for p in problems:
+        r.problems.append(f"quantization_config.{p}")
+    return scheme
 
 
 def _family_fields(r: FieldReader, family, model_type: str) -> dict:

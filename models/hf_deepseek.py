@@ -92,10 +92,6 @@ def import_fields(r: FieldReader) -> dict[str, Any]:
         r.problem("rope_scaling", "only default and yarn rope are supported for MLA")
         fields.pop("rope_scaling")
     fields.update(_routing(r, fields.get("num_layers") or 0))
-    if r.get("quantization_config", dict, None) is not None:
-        r.problem("quantization_config", "quantized (fp8 block) checkpoints are not supported "
-                  "yet: they wait for the quantized weight formats (issue 13); a bf16 "
-                  "conversion of the checkpoint imports")
     _harmless(r)
     return fields
 

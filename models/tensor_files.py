@@ -8,10 +8,13 @@ dtype, a shape of at most ``MAX_TENSOR_RANK`` non-negative integers, and
 ``data_offsets`` inside the file's data whose length is exactly dtype size x
 shape. An index (``model.safetensors.index.json``) must hold a ``weight_map``
 whose shard paths resolve, through symlinks too, inside the checkpoint folder.
-Reading a tensor refuses integer, bool and 8-bit float data (a weight of the IR
-is a float; quantized tensors need scales it does not have) and values that
-are NaN or infinite. float16, bfloat16, float32 and float64 tensors are
-returned as stored; ``load_checkpoint`` converts them to the model's dtype.
+``get`` (a weight) refuses integer, bool and 8-bit float data (a weight of the
+IR is a float; quantized tensors need scales) and values that are NaN or
+infinite; float16, bfloat16, float32 and float64 tensors are returned as
+stored and ``load_checkpoint`` converts them to the model's dtype.
+``get_coded`` reads the tensors a pre-quantized format names (codes, scales,
+shapes: models/shipped.py) in exactly the dtypes that format allows, so an
+integer tensor is only ever read where a format expects one.
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ from megakernel.ir import limits
 from megakernel.ir.jsonfile import parse_json, read_json
 from megakernel.ir.schema import Int, check
 
-# dtype -> (bytes per element, numpy type or None when the IR cannot use it).
+# dtype -> (bytes per element, numpy type or None when nothing here reads it).
 DTYPES: dict[str, tuple[int, Any]] = {
     "F64": (8, np.dtype("<f8")), "F32": (4, np.dtype("<f4")), "F16": (2, np.dtype("<f2")),
     "BF16": (2, np.dtype(ml_dtypes.bfloat16)),
-    "F8_E4M3": (1, None), "F8_E5M2": (1, None), "BOOL": (1, None),
-    "I8": (1, None), "U8": (1, None), "I16": (2, None), "U16": (2, None),
-    "I32": (4, None), "U32": (4, None), "I64": (8, None), "U64": (8, None),
+    "F8_E4M3": (1, np.dtype(ml_dtypes.float8_e4m3fn)), "F8_E5M2": (1, None), "BOOL": (1, None),
+    "I8": (1, np.dtype("i1")), "U8": (1, np.dtype("u1")), "I16": (2, None), "U16": (2, None),
+    "I32": (4, np.dtype("<i4")), "U32": (4, None), "I64": (8, np.dtype("<i8")), "U64": (8, None),
 }
+# What a weight of the IR may be stored as (``get``); the rest only through ``get_coded``.
+FLOATS = ("F64", "F32", "F16", "BF16")
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 
@@ -158,16 +163,13 @@ class TensorFiles:
 
     def get(self, name: str) -> np.ndarray:
         """The tensor's values as stored (a float type), checked finite."""
-        self.used.add(name)
         t = self.tensors[name]
-        np_dtype = DTYPES[t.dtype][1]
-        if np_dtype is None:
+        if t.dtype not in FLOATS:
+            self.used.add(name)
             raise ConfigError(f"{name} is stored as {t.dtype}; the model expects a float "
                               "weight (float16, bfloat16, float32 or float64)", path=name,
                               hint="dequantize the checkpoint, or give the float one")
-        with t.file.open("rb") as f:
-            f.seek(t.start)
-            array = np.frombuffer(bytearray(f.read(t.nbytes)), dtype=np_dtype).reshape(t.shape)
+        array = self._read(name)
         bad = ~np.isfinite(array)
         if bad.any():
             first = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -175,3 +177,24 @@ class TensorFiles:
                               f"(first at index {list(first)})", path=name,
                               hint="the checkpoint is corrupt or was saved after a diverged step")
         return array
+
+    def get_coded(self, name: str, dtypes: tuple[str, ...], role: str) -> np.ndarray:
+        """A tensor a quantized format names (``role``: "codes", "scales", ...),
+        as stored, refused by name unless its dtype is one of ``dtypes``. Values
+        are not checked here: the format's reader does (quantize.from_shipped)."""
+        t = self.tensors[name]
+        if t.dtype not in dtypes:
+            self.used.add(name)
+            raise ConfigError(f"{name} ({role}) is stored as {t.dtype}; the checkpoint's "
+                              f"quantization_config makes it {' or '.join(dtypes)}", path=name,
+                              hint="the tensor does not belong to the format the config "
+                              "names: re-export the checkpoint or fix its quantization_config")
+        return self._read(name)
+
+    def _read(self, name: str) -> np.ndarray:
+        self.used.add(name)
+        t = self.tensors[name]
+        with t.file.open("rb") as f:
+            f.seek(t.start)
+            return np.frombuffer(bytearray(f.read(t.nbytes)),
+                                 dtype=DTYPES[t.dtype][1]).reshape(t.shape)

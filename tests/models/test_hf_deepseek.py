@@ -1,6 +1,7 @@
 """DeepSeek-V3 / Kimi-K2 import: configs, checkpoints and the reference against
 the logits transformers wrote for the two committed fixtures."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -123,9 +124,12 @@ def test_published_configs_are_the_zoo_cards():
 
 
 @pytest.mark.parametrize("config", [DEEPSEEK_V3, KIMI_K2], ids=["deepseek_v3", "kimi_k2"])
-def test_fp8_checkpoints_wait_for_quantized_formats(config):
-    with pytest.raises(ConfigError, match=r"quantization_config: .*issue 13"):
-        from_hf(config)
+def test_fp8_checkpoints_import_with_fp8_dense_and_experts(config):
+    """The published fp8 configs: every linear of the layers ships fp8_b128;
+    MLA's up-projections are read plain (dequantized on load)."""
+    card = from_hf(config)
+    assert card.quantize.chosen() == {"dense": "fp8_b128", "experts": "fp8_b128"}
+    assert card == dataclasses.replace(from_hf(_bf16(config)), quantize=card.quantize)
 
 
 def test_unsupported_routing_and_heads_are_named():
