@@ -175,12 +175,16 @@ def check_hf_fixture(folder, *, devices: int = 1,
         (f"decode_{i}", exp[f"decode_ids_{i}"], t0 + i - 1, exp[f"logits_decode_{i}"])
         for i in (1, 2)]
     caches = {k: np.asarray(v) for k, v in reference.init_caches(model, b).items()}
-    out = []
+    out, runners = [], {}
     for name, ids, start, expected in steps:
         plan = plan_model(model, devices=devices, batch=b, tokens=ids.shape[1],
                           overrides=overrides)
-        runner = run.KernelRunner(_kernel_module(model, plan, None), model, plan, weights,
-                                  run.make_mesh(devices), run.interpret_params())
+        # The decode steps share one kernel: one runner, traced and compiled once.
+        runner = runners.get(plan.digest())
+        if runner is None:
+            runner = runners[plan.digest()] = run.KernelRunner(
+                _kernel_module(model, plan, None), model, plan, weights,
+                run.make_mesh(devices), run.interpret_params())
         runner.set_caches(caches)
         _, logits = runner.step(np.asarray(ids, np.int32), np.full((b,), start, np.int32))
         caches = runner.caches()
