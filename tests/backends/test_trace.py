@@ -128,6 +128,7 @@ def test_attention_dmas_leave_the_critical_path(sync, tmp_path):
     start = [g.kv_tile + 40, 3]
     assert start[0] + 16 <= g.max_seq_len
     result = trace.trace_step(model, plan, init_weights(model), module=module, positions=start)
+    assert result.unwaited == 0
     under = _in_flight_under(result.program(0))
     events = {e.order: e for e in result.events}
     loads = [d for d in under if events[d].dst == "vmem" and events[d].nbytes == g.width * 16 * 2]
