@@ -1,7 +1,8 @@
 """Emitter of multi-head latent attention: W_UK and W_UV from the ring into
 the library's buffers, then the kernel library's ``attend``
 (backends/pallas_tpu/mla.py) with the plan's buffers, the latent cache
-operand and the rope table."""
+operand and the rope table, then the next repetition's ``prefetch``; the
+first repetition's before the stack's loop, ``drain`` after it."""
 
 from __future__ import annotations
 
@@ -26,11 +27,21 @@ def _mla(c: StackCtx, n) -> list[str]:
         lines.append(f"rt.ring_to_ref(stream, {literal(c.s)}, k, "
                      f"S{c.s}_TILES.tiles[{first}:{first + count}], first={literal(first)}, "
                      f"dst={mem.buffer(bound[part]).ident}{flip})")
-    lib = c.library("mla")
-    lines.append(f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
-                 f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {c.appended(n.name, ['latent'])}, "
-                 f"k, {c.start_ref}, start_pos, {c.first_step}, "
-                 f"{c.buffers(n.name)}{c.stopped()})")
+    lib, g, count = c.library("mla"), c.geometry(n.name), literal(c.shard.count)
+    latent = c.appended(n.name, ["latent"])
+
+    def state(layer: str) -> str:
+        return (f"{latent}, {layer}, {c.start_ref}, start_pos, {c.first_step}, "
+                f"{c.buffers(n.name)}, sync=SYNCHRONISED")
+
+    # The first latent window and tile of a repetition are started a layer ahead.
+    c.before.append(f"{lib}.prefetch({g}, {state('0')})  # layers[{c.s}].{n.name}: "
+                    "repetition 0's first window and latent tile")
+    c.after.append(f"{lib}.drain({g}, {latent}, {count}, {c.buffers(n.name)}, "
+                   f"sync=SYNCHRONISED)  # layers[{c.s}].{n.name}: the last windows' stores")
+    lines += [f"{v(n.outputs[0])} = {lib}.attend({g}, {q}, {kv}, {gate}, "
+              f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {state('k')}{c.stopped()})",
+              f"{lib}.prefetch({g}, {state('k + 1')}, when=k + 1 < {count})"]
     return lines
 
 
