@@ -61,7 +61,8 @@ class TraceResult:
 
 
 _KINDS = (("Stream.", "ring"), ("Vectors.", "vector"), ("gather_embedding", "embed"),
-          ("attention.py", "kv"), ("new_rows.py", "kv"), ("moe.py", "experts"), ("gdn.py", "state"))
+          ("attention.py", "kv"), ("new_rows.py", "kv"), ("mla_cache.py", "kv"),
+          ("moe.py", "experts"), ("gdn.py", "state"))
 
 
 def _kind(dma, ipc) -> str:
