@@ -27,21 +27,11 @@ def _mla(c: StackCtx, n) -> list[str]:
         lines.append(f"rt.ring_to_ref(stream, {literal(c.s)}, k, "
                      f"S{c.s}_TILES.tiles[{first}:{first + count}], first={literal(first)}, "
                      f"dst={mem.buffer(bound[part]).ident}{flip})")
-    lib, g, count = c.library("mla"), c.geometry(n.name), literal(c.shard.count)
-    latent = c.appended(n.name, ["latent"])
-
-    def state(layer: str) -> str:
-        return (f"{latent}, {layer}, {c.start_ref}, start_pos, {c.first_step}, "
-                f"{c.buffers(n.name)}, sync=SYNCHRONISED")
-
+    lib = c.library("mla")
     # The first latent window and tile of a repetition are started a layer ahead.
-    c.before.append(f"{lib}.prefetch({g}, {state('0')})  # layers[{c.s}].{n.name}: "
-                    "repetition 0's first window and latent tile")
-    c.after.append(f"{lib}.drain({g}, {latent}, {count}, {c.buffers(n.name)}, "
-                   f"sync=SYNCHRONISED)  # layers[{c.s}].{n.name}: the last windows' stores")
-    lines += [f"{v(n.outputs[0])} = {lib}.attend({g}, {q}, {kv}, {gate}, "
-              f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {state('k')}{c.stopped()})",
-              f"{lib}.prefetch({g}, {state('k + 1')}, when=k + 1 < {count})"]
+    state, prefetch = c.ahead(lib, n.name, ["latent"], "latent tile")
+    lines += [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
+              f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {state}{c.stopped()})", prefetch]
     return lines
 
 
