@@ -173,6 +173,15 @@ class _NodeCost:
         return self.target.bf16_flops / (c.f32_matmul_slowdown
                                          if self.model.dtype.value == "float32" else 1)
 
+    def sequence_stall(self, seconds: float) -> float:
+        """What an attention-like op whose work over all sequences takes
+        ``seconds`` waits for its windows and first tiles: the first
+        sequence's were started a layer ahead; each later one's start when the
+        previous sequence begins, so their latency shows where one sequence's
+        work is shorter (backends/pallas_tpu/attention.py, mla_cache.py)."""
+        batch = self.request.batch
+        return (batch - 1) * max(0.0, self.target.constants.dma_latency_s - seconds / batch)
+
 
 # One rule per op kind: (ctx, node, phase fields of its ring tiles) -> phase fields.
 COST: Registry = Registry("cost", "compiler/cost.py")
@@ -195,14 +204,10 @@ def _attention_cost(cx: _NodeCost, node, ph: dict) -> dict:
     flops = (4.0 * kv_l * n_tiles * max(group, c.mxu_push_rows) * kv.kv_tile
              * node.op.head_dim)
     overhead = 2 * n_tiles * c.tile_overhead_s + c.op_overhead_s
-    # The first sequence's window and tile were started a layer ahead; each
-    # later one's start when the previous sequence begins, so its latency
-    # shows where one sequence's work is shorter (backends/.../attention.py).
-    per_seq = (flops / cx.rate + overhead) / request.batch
     return dict(ph, other_bytes=other + kv.bytes_per_layer,
                 floor_bytes=ph["ring_bytes"] + other + kv.valid_bytes_per_layer,
                 flops=flops, outstanding=cx.ring + 2, overhead_s=overhead,
-                stall_s=(request.batch - 1) * max(0.0, c.dma_latency_s - per_seq))
+                stall_s=cx.sequence_stall(flops / cx.rate + overhead))
 
 
 @COST.register("moe")

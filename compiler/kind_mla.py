@@ -145,7 +145,7 @@ def _cost(cx, node, ph: dict) -> dict:
     return dict(ph, other_bytes=ph["other_bytes"] + kv.bytes_per_layer,
                 floor_bytes=ph["ring_bytes"] + ph["other_bytes"] + kv.valid_bytes_per_layer,
                 flops=(seconds - overhead) * rate, outstanding=cx.ring + 2,
-                overhead_s=ph["overhead_s"] + overhead)
+                overhead_s=ph["overhead_s"] + overhead, stall_s=cx.sequence_stall(seconds))
 
 
 def form_notes(plan, model) -> list[tuple[str, str]]:

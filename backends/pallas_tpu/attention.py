@@ -241,14 +241,19 @@ def prefetch(g: AttentionGeometry, k_cache, v_cache, k_new, v_new, layer, start_
     them a layer ahead (after the previous repetition's attend; before the
     loop for repetition 0) and they stream under the MLP and projections;
     ``attend`` waits them. ``sync`` (the synchronised ablation): nothing here,
-    ``attend`` starts its own."""
-    def start():
-        _windows(g, (k_cache, v_cache), (k_new, v_new), layer, origin_ref, first, window,
-                 window_sems, sync).start_load(0)
-        _start_first_tile(g, k_cache, v_cache, layer, start_ref, origin_ref, 0, k_tiles,
-                          v_tiles, tile_sems)
+    ``attend`` starts its own (starting them here too would leave a second
+    DMA on each semaphore that nothing waits)."""
+    if not sync:
+        new_rows.when(when, lambda: _start_first(
+            g, (k_cache, v_cache), (k_new, v_new), layer, start_ref, origin_ref, first,
+            (k_tiles, v_tiles, tile_sems), window, window_sems))
 
-    new_rows.when(when, start)
+
+def _start_first(g, caches, news, layer, start_ref, origin_ref, first, tiles, window,
+                 window_sems, sync=False):
+    """Start sequence 0's window load and first cache tile of ``layer``."""
+    _windows(g, caches, news, layer, origin_ref, first, window, window_sems, sync).start_load(0)
+    _start_first_tile(g, *caches, layer, start_ref, origin_ref, 0, *tiles)
 
 
 def drain(g: AttentionGeometry, k_cache, v_cache, k_new, v_new, layers: int, *, window,
@@ -273,9 +278,8 @@ def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, k_new, v_new, layer,
            origin_ref, first, *, k_tiles, v_tiles, tile_sems, window, window_sems, q_scaled,
            m, l, acc, out, sinks=None, stopped=None, sync=False):  # noqa: E741
     if sync:      # the synchronised ablation: no DMA started ahead of this op
-        prefetch(g, k_cache, v_cache, k_new, v_new, layer, start_ref, origin_ref, first,
-                 k_tiles=k_tiles, v_tiles=v_tiles, tile_sems=tile_sems, window=window,
-                 window_sems=window_sems, sync=True)
+        _start_first(g, (k_cache, v_cache), (k_new, v_new), layer, start_ref, origin_ref, first,
+                     (k_tiles, v_tiles, tile_sems), window, window_sems, sync=True)
     kbuf, vbuf, tsem, win, wsem = k_tiles, v_tiles, tile_sems, window, window_sems
     q_s, m_s, l_s, acc_s, o_s = q_scaled, m, l, acc, out
     D, G, RP, St, T = g.head_dim, g.group, g.rows_padded, g.kv_tile, g.tokens

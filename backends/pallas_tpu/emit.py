@@ -72,6 +72,25 @@ class StackCtx:
         news = [mem.buffer(f"new.s{self.s}.{node}.{p}") for p in parts]
         return ", ".join(b.ident for b in caches + news)
 
+    def ahead(self, lib: str, node: str, parts, tile: str) -> tuple[str, str]:
+        """(the state arguments of repetition k, the next repetition's
+        prefetch) of an op whose appended-state DMAs run a layer ahead
+        (attention, MLA: their libraries' prefetch / attend / drain); adds
+        repetition 0's prefetch before the stack's loop and the drain after it."""
+        g, count = self.geometry(node), literal(self.shard.count)
+        appended = self.appended(node, parts)
+
+        def state(layer: str) -> str:
+            return (f"{appended}, {layer}, {self.start_ref}, start_pos, {self.first_step}, "
+                    f"{self.buffers(node)}, sync=SYNCHRONISED")
+
+        where = f"layers[{self.s}].{node}"
+        self.before.append(f"{lib}.prefetch({g}, {state('0')})  # {where}: "
+                           f"repetition 0's first window and {tile}")
+        self.after.append(f"{lib}.drain({g}, {appended}, {count}, {self.buffers(node)}, "
+                          f"sync=SYNCHRONISED)  # {where}: the last windows' stores")
+        return state("k"), f"{lib}.prefetch({g}, {state('k + 1')}, when=k + 1 < {count})"
+
     def hbm(self, param: str) -> str:
         """Kernel operand of this stack's weight ``param``."""
         return self.plan.memory.buffer(f"hbm.s{self.s}.{param}").ident
@@ -165,24 +184,12 @@ def _rope(c: StackCtx, n) -> list[str]:
 @EMITTERS.register("attention")
 def _attention(c: StackCtx, n) -> list[str]:
     q, kk, vv = (v(t) for t in n.inputs)
-    mem = c.plan.memory
     lib = c.library("attention")
     sinks = f", sinks={c.vec(n.name + '.sinks')}" if n.op.sinks else ""
-    g, count = c.geometry(n.name), literal(c.shard.count)
-
-    def state(layer: str) -> str:
-        return (f"{c.appended(n.name, 'kv')}, {layer}, {c.start_ref}, start_pos, "
-                f"{c.first_step}, {c.buffers(n.name)}, sync=SYNCHRONISED")
-
     # The first window and KV tile of a repetition are started a layer ahead.
-    c.before.append(f"{lib}.prefetch({g}, {state('0')})  # layers[{c.s}].{n.name}: "
-                    "repetition 0's first window and KV tile")
-    c.after.append(f"{lib}.drain({g}, {c.appended(n.name, 'kv')}, {count}, "
-                   f"{c.buffers(n.name)}, sync=SYNCHRONISED)  # layers[{c.s}].{n.name}: "
-                   "the last windows' stores")
-    return [f"{v(n.outputs[0])} = {lib}.attend({g}, {q}, {kk}, {vv}, {state('k')}{sinks}"
-            f"{c.stopped()})",
-            f"{lib}.prefetch({g}, {state('k + 1')}, when=k + 1 < {count})"]
+    state, prefetch = c.ahead(lib, n.name, "kv", "KV tile")
+    return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, {state}"
+            f"{sinks}{c.stopped()})", prefetch]
 
 
 @EMITTERS.register("mlp")

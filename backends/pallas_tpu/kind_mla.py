@@ -1,7 +1,8 @@
 """Emitter of multi-head latent attention: W_UK and W_UV from the ring into
 the library's buffers, then the kernel library's ``attend``
 (backends/pallas_tpu/mla.py) with the plan's buffers, the latent cache
-operand and the rope table."""
+operand and the rope table, then the next repetition's ``prefetch``; the
+first repetition's before the stack's loop, ``drain`` after it."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ def _mla(c: StackCtx, n) -> list[str]:
                      f"S{c.s}_TILES.tiles[{first}:{first + count}], first={literal(first)}, "
                      f"dst={mem.buffer(bound[part]).ident}{flip})")
     lib = c.library("mla")
-    lines.append(f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
-                 f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {c.appended(n.name, ['latent'])}, "
-                 f"k, {c.start_ref}, start_pos, {c.first_step}, "
-                 f"{c.buffers(n.name)}{c.stopped()})")
+    # The first latent window and tile of a repetition are started a layer ahead.
+    state, prefetch = c.ahead(lib, n.name, ["latent"], "latent tile")
+    lines += [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
+              f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {state}{c.stopped()})", prefetch]
     return lines
 
 

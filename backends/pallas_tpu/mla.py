@@ -10,8 +10,9 @@ the core), chosen by the planner. L = rank + rope_dim values per cached token.
 ``buffers(g)`` - by argument name (M = heads * rows_padded, RP = rows_padded):
   tiles        (2, kv_tile, L) cache dtype     latent tile double buffer
   tile_sems    DMA (2,)                        [slot]
-  window       (W, L) cache dtype              the sequence's window of new rows
-  window_sems  DMA (1,)
+  window       (2, 1, W, L) cache dtype        the sequences' windows of new rows,
+                                               [slot, part] (new_rows.Windows)
+  window_sems  DMA (2, 1)                      window load/store, [slot, part]
   w_uk         (heads*dn, R) weight dtype      this core's W_UK, from the ring
                                                ((R, heads*dn), transposed, in the expanded form)
   w_uv         (R, heads*dv) weight dtype      this core's W_UV, from the ring
@@ -24,13 +25,14 @@ the core), chosen by the planner. L = rank + rope_dim values per cached token.
   m, l         (heads, RP, 1) f32; acc, out (heads, RP, dv) f32
 
 ``attend(g, q, kv_a, gate, kv_norm, inv_freq, pos, cache, rows_out, layer,
-start_ref, origin_ref, first, stopped=None, **buffers) -> [RP, heads*dv] f32`` -
-q [RP, heads*(dn+dr)] (this core's heads), kv_a [RP, L] (replicated), gate
-[RP, heads*dv] or None, kv_norm [1, R] f32, inv_freq [1, dr/2] f32 (None for
-NoPE), pos [RP, 1] int32, cache HBM ref [layers, batch, max_seq_len, L],
-READ-ONLY, rows_out the kernel's HBM output [layers, batch, W, L] of each
-sequence's window of new rows (new_rows.py writes it into the cache after the
-call; replicated: every core holds the same rows), layer traced int32,
+start_ref, origin_ref, first, stopped=None, sync=False, **buffers) -> [RP,
+heads*dv] f32`` - q [RP, heads*(dn+dr)] (this core's heads), kv_a [RP, L]
+(replicated), gate [RP, heads*dv] or None, kv_norm [1, R] f32, inv_freq [1,
+dr/2] f32 (None for NoPE), pos [RP, 1] int32, cache HBM ref [layers, batch,
+max_seq_len, L], READ-ONLY, rows_out the kernel's HBM output [layers, batch,
+W, L] of each sequence's window of new rows (new_rows.py writes it into the
+cache after the call; replicated: every core holds the same rows), layer the
+stack's repetition (traced int32, from 0: windows are numbered from there),
 start_ref SMEM [batch] (this step's positions), origin_ref SMEM [batch] (the
 call's: they place the window), first the call's first step, stopped SMEM
 [batch] int32 in a multi-step call (backends/pallas_tpu/steps.py: a sequence
@@ -38,7 +40,15 @@ with stopped[b] != 0 puts no new rows in its window); the w_uk / w_uv buffers
 hold this layer's weights already (the emitter copies them from the ring).
 Puts the new latent rows (c_kv normed, k_pe roped) at start[b]+t of the
 window, then attends causally (cache tiles before the window, then the window
-from VMEM); padding rows give 0. Every DMA is waited before return.
+from VMEM); padding rows give 0.
+
+``prefetch(g, cache, rows_out, layer, start_ref, origin_ref, first,
+**buffers, sync=False, when=True)`` starts ``layer``'s first window load and
+latent tile a layer ahead, for its ``attend`` to wait; ``drain(g, cache,
+rows_out, layers, **buffers, sync=False)`` waits the last windows' stores
+after the stack's loop; ``attend`` waits every other DMA (mla_cache.py: none
+on the critical path). Under ``sync`` (the synchronised ablation) both do
+nothing and ``attend`` starts and waits all its own DMAs.
 
 ``value_bytes(g)`` - the values ``attend`` holds at its peak, which Mosaic
 keeps in VMEM beside the declared buffers (``MemoryPlan.values_bytes``). Each
@@ -64,6 +74,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from megakernel.backends.pallas_tpu import mla_cache, runtime as rt
+from megakernel.backends.pallas_tpu.mla_cache import chunk_rows, drain, prefetch  # noqa: F401
 from megakernel.backends.pallas_tpu.attention import NEG, _row_of, window_rows
 from megakernel.compiler.buffers import Need, Space
 from megakernel.compiler.layout import LANES, round_up
@@ -72,9 +83,6 @@ from megakernel.errors import PlanningError
 
 HI = jax.lax.Precision.HIGHEST
 FORMS = ("absorbed", "expanded")
-# f32 bytes of one chunk of latent rows (lanes padded): the largest value the
-# kernel makes from a tile. 256 KiB is 64 keys at DeepSeek's L = 576.
-CHUNK_BYTES = 256 * 1024
 
 
 @GEOMETRIES.register("mla")
@@ -128,15 +136,6 @@ class MLAGeometry:
         return self.nope_dim + self.rope_dim
 
 
-def chunk_rows(g: MLAGeometry) -> int:
-    """Keys attended at once: the largest power of two dividing the tile whose
-    f32 latent rows fit ``CHUNK_BYTES`` (at least 16)."""
-    n = g.kv_tile
-    while n > 16 and (n * round_up(g.latent, LANES) * 4 > CHUNK_BYTES or g.kv_tile % n):
-        n //= 2
-    return n
-
-
 def value_bytes(g: MLAGeometry) -> int:
     """Bytes of values ``attend`` holds at its peak: one f32 latent chunk, its
     scores and masks (~6 arrays of [rows, keys]), and per form the query
@@ -159,9 +158,9 @@ def buffers(g: MLAGeometry) -> tuple[Need, ...]:
         Need("tiles", vmem, (2, g.kv_tile, L), g.cache_dtype,
              f"double buffer of {g.kv_tile}-token latent tiles (c_kv | k_pe)"),
         Need("tile_sems", dma, (2,), "dma_semaphore", "[slot]"),
-        Need("window", vmem, (window_rows(g), L), g.cache_dtype,
-             "aligned latent rows holding the call's new rows (stored to the output)"),
-        Need("window_sems", dma, (1,), "dma_semaphore", "window read/write"),
+        Need("window", vmem, (2, 1, window_rows(g), L), g.cache_dtype,
+             "aligned latent rows holding the call's new rows, [slot, part]"),
+        Need("window_sems", dma, (2, 1), "dma_semaphore", "window load/store, [slot, part]"),
         # The expanded form multiplies c_kv by W_UK_h^T: staged transposed once
         # per layer, every KV tile then pushes it at the full [K, N] rate.
         Need("w_uk", vmem, (R, H * g.nope_dim) if g.form == "expanded" else (H * g.nope_dim, R),
@@ -249,7 +248,7 @@ def _absorbed(g, q_nope, q_pe, new, cache, bufs):
         absorbed = _dot(q_nope[h], w_uk[pl.ds(h * dn, dn), :].astype(jnp.float32))
         q_lat[pl.ds(h * RP, RP), :] = jnp.concatenate([absorbed, q_pe[h]], axis=-1) * g.scale
     out[...] = jnp.zeros(out.shape, jnp.float32)
-    n, begin = chunk_rows(g), _fresh(m, l, acc)
+    begin = _fresh(m, l, acc)
 
     def chunk(b, k0, lat, pos, end):
         keys, lat = lat.shape[0], lat.astype(jnp.float32)   # a tile's chunk, or the window
@@ -265,7 +264,7 @@ def _absorbed(g, q_nope, q_pe, new, cache, bufs):
         safe = jnp.where(l[...] > 0, l[...], 1.0)    # other sequences' rows have l == 0
         out[...] = jnp.where(rows_b, acc[...] / safe, out[...])
 
-    mla_cache.sequences(g, n, *cache, new, bufs, begin, chunk, finish)
+    mla_cache.sequences(g, *cache, new, bufs, begin, chunk, finish)
     # o_h = c^_h W_UV_h: back from latent space to this head's values
     return [_dot(out[pl.ds(h * RP, RP), :], w_uv[:, pl.ds(h * dv, dv)].astype(jnp.float32))
             for h in range(g.heads)]
@@ -281,7 +280,7 @@ def _expanded(g, q_nope, q_pe, new, cache, bufs):
         qn[h] = q_nope[h] * g.scale
         qp[h] = q_pe[h] * g.scale
     out[...] = jnp.zeros(out.shape, jnp.float32)
-    n, begin = chunk_rows(g), _fresh(m, l, acc)
+    begin = _fresh(m, l, acc)
 
     def chunk(b, k0, lat, pos, end):
         keys = lat.shape[0]             # a tile's chunk, or the window
@@ -307,16 +306,16 @@ def _expanded(g, q_nope, q_pe, new, cache, bufs):
             safe = jnp.where(lh > 0, lh, 1.0)
             out[h] = jnp.where(rows_b, acc[h] / safe, out[h])
 
-    mla_cache.sequences(g, n, *cache, new, bufs, begin, chunk, finish)
+    mla_cache.sequences(g, *cache, new, bufs, begin, chunk, finish)
     return [out[h] for h in range(g.heads)]
 
 
 def attend(g: MLAGeometry, q, kv_a, gate, kv_norm, inv_freq, pos, cache, rows_out, layer,
-           start_ref, origin_ref, first, stopped=None, **bufs):
+           start_ref, origin_ref, first, stopped=None, sync=False, **bufs):
     q_nope, q_pe, new = _new_rows(g, q, kv_a, kv_norm, inv_freq, pos)
     form = _absorbed if g.form == "absorbed" else _expanded
     # mla_cache.sequences' order
-    cache = (cache, rows_out, layer, start_ref, origin_ref, first, stopped)
+    cache = (cache, rows_out, layer, start_ref, origin_ref, first, stopped, sync)
     heads = form(g, q_nope, q_pe, new, cache, bufs)
     o = jnp.concatenate(heads, axis=-1) if len(heads) > 1 else heads[0]
     if g.output_gate:

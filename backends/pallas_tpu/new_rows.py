@@ -47,27 +47,6 @@ def when(cond, fn):
         pl.when(cond)(fn)
 
 
-def load_window(src_first, src_later, win, sem, first):
-    """win <- the sequence's window: from the cache on the call's first step,
-    else from the output the previous step stored it to (DMA, waited)."""
-    def copy(src):
-        def go():
-            c = pltpu.make_async_copy(src, win, sem)
-            c.start()
-            c.wait()
-        return go
-
-    when(first, copy(src_first))
-    if not (isinstance(first, bool) and first):
-        when(jnp.logical_not(first), copy(src_later))
-
-
-def store_window(win, dst, sem):
-    c = pltpu.make_async_copy(win, dst, sem)
-    c.start()
-    c.wait()
-
-
 class Windows:
     """Sequences' windows rotating through two VMEM slots, so that their DMAs
     leave the critical path: a window loads into one slot while the previous

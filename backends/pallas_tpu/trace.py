@@ -35,6 +35,9 @@ class TraceResult:
     # Program order: (op, event order, core) with op "start" (the kernel issued
     # the DMA) or "done" (a wait consumed it; DMAs run on wait in the interpreter).
     order: tuple[tuple[str, int, int], ...] = ()
+    # DMAs started and never waited: each leaves a count on its semaphore that
+    # a later wait would take for its own DMA's (0 in a correct kernel).
+    unwaited: int = 0
 
     def program(self, device: int = 0) -> list[tuple[str, int, int, str]]:
         """(op, DMA, bytes, kind) in the order core ``device`` issued and waited
@@ -58,7 +61,8 @@ class TraceResult:
 
 
 _KINDS = (("Stream.", "ring"), ("Vectors.", "vector"), ("gather_embedding", "embed"),
-          ("attention.py", "kv"), ("new_rows.py", "kv"), ("moe.py", "experts"), ("gdn.py", "state"))
+          ("attention.py", "kv"), ("new_rows.py", "kv"), ("mla_cache.py", "kv"),
+          ("moe.py", "experts"), ("gdn.py", "state"))
 
 
 def _kind(dma, ipc) -> str:
@@ -89,6 +93,7 @@ class DmaLog:
 
     def __init__(self):
         self.events: list[DmaEvent] = []
+        self.unwaited = 0
 
     def __enter__(self):
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
@@ -128,6 +133,7 @@ class DmaLog:
         index = {r[0]: i for i, r in enumerate(sorted(self._raw))}
         self.events = [DmaEvent(i, *r[1:]) for i, r in enumerate(sorted(self._raw))]
         self.order = tuple((op, index[d], dev) for op, d, dev in self._order if d in index)
+        self.unwaited = sum(1 for op, d, _ in self._order if op == "start" and d not in index)
 
 
 def trace_step(model, plan, weights, *, module=None, out_dir=None, seed: int = 0,
@@ -153,7 +159,7 @@ def trace_step(model, plan, weights, *, module=None, out_dir=None, seed: int = 0
     start = np.full((b,), t, np.int32) if positions is None else np.asarray(positions, np.int32)
     with DmaLog() as log:
         runner.step(tokens, start)
-    return TraceResult(tuple(log.events), log.order)
+    return TraceResult(tuple(log.events), log.order, log.unwaited)
 
 
 def plan_weight_bytes(plan) -> dict[str, int]:

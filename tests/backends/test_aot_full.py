@@ -72,7 +72,8 @@ def test_64_layers_compile_within_1_5x_of_4_layers(aot_zoo):
 
 # Measured (tpu7x:4x4x1, libtpu 0.0.51): DeepSeek-V3 absorbed 53.72 MiB compiled
 # vs 54.17 planned (-0.45); Kimi-K2 absorbed 53.07 vs 53.56 (-0.48), expanded
-# 52.14 vs 52.61 (-0.47). Each model compiles once here (a full-size 32-core
+# 52.14 vs 52.61 (-0.47). DeepSeek-V3 later (two window slots per MLA node):
+# 50.06 vs 50.41 (-0.35), 50.04 vs 50.39 just before them; 170 s on 2 cores. Each model compiles once here (a full-size 32-core
 # compile takes 2.5-6 min), so between them they cover both forms. They were
 # +1.45 and +3.30 while the MoE router was assembled as one value ([7168, E]
 # bf16, 3.5 / 5.25 MiB, which Mosaic held whole in VMEM); it now streams through

@@ -32,16 +32,23 @@ from megakernel.models import reference as R
 YARN = RopeScaling("yarn", 40.0, original_max_position=64, mscale=1.0, mscale_all_dim=0.8)
 
 
-def build(g: M.MLAGeometry, layers: int, loop: int, interp):
-    """Kernel: `loop` consecutive layers from layer_ref[0]; each copies its
-    W_UK / W_UV into the library's buffers (as the ring does: W_UK transposed
-    for the expanded form, mla.buffers), then attends."""
+def build(g: M.MLAGeometry, layers: int, loop: int, interp, sync=False):
+    """Kernel: `loop` consecutive layers from layer_ref[0], as the megakernel's
+    stack loop runs them: the first layer's window and tile prefetched before
+    the loop; each layer copies its W_UK / W_UV into the library's buffers (as
+    the ring does: W_UK transposed for the expanded form, mla.buffers),
+    attends, and prefetches the next; the last stores drained after it.
+    ``sync``: the synchronised ablation (each attend starts and waits its own)."""
     needs = M.buffers(g)
     names = [n.name for n in needs]
 
     def kernel(start_ref, layer_ref, q_ref, kv_ref, gate_ref, norm_ref, inv_ref, pos_ref,
                uk_ref, uv_ref, cache, o_ref, rows_out, *scr):
         bufs = dict(zip(names, scr))
+        # The megakernel's repetitions count from 0 in its stack loop (the
+        # windows are numbered from there): the touched layers as a view.
+        state = tuple(r.at[pl.ds(layer_ref[0], loop)] for r in (cache, rows_out))
+        M.prefetch(g, *state, 0, start_ref, start_ref, True, sync=sync, **bufs)
 
         def body(i, c):
             uk = uk_ref[i]
@@ -49,11 +56,13 @@ def build(g: M.MLAGeometry, layers: int, loop: int, interp):
             bufs["w_uv"][...] = uv_ref[i]
             o_ref[i] = M.attend(g, q_ref[i], kv_ref[i], gate_ref[i] if g.output_gate else None,
                                 norm_ref[i], inv_ref[...] if g.rope else None, pos_ref[...],
-                                cache, rows_out, layer_ref[0] + i, start_ref, start_ref, True,
-                                **bufs)
+                                *state, i, start_ref, start_ref, True, sync=sync, **bufs)
+            M.prefetch(g, *state, i + 1, start_ref, start_ref, True, sync=sync, when=i + 1 < loop,
+                       **bufs)
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
+        M.drain(g, *state, loop, sync=sync, **bufs)
 
     cache = jax.ShapeDtypeStruct((layers, g.batch, window_rows(g), g.latent), g.cache_dtype)
     smem = pl.BlockSpec(memory_space=pltpu.SMEM)
@@ -71,7 +80,7 @@ def build(g: M.MLAGeometry, layers: int, loop: int, interp):
 
 
 def run_case(form, batch, tokens, heads, cores, rank, dims, kv_tile, seq_tiles, dtype, starts,
-             rope=True, gate=False, scaling=None, layer=1, layers=2, loop=1, seed=0):
+             rope=True, gate=False, scaling=None, layer=1, layers=2, loop=1, seed=0, sync=False):
     dn, dr, dv = dims
     S, rows = kv_tile * seq_tiles, batch * tokens
     rp = -(-rows // 8) * 8
@@ -112,7 +121,7 @@ def run_case(form, batch, tokens, heads, cores, rank, dims, kv_tile, seq_tiles, 
 
     g = M.MLAGeometry(batch, tokens, rp, hl, rank, dn, dr, dv, kv_tile, S, op.softmax_scale,
                       op.kv_norm_eps, rope, op.attention_factor(), gate, form, dt, dt)
-    f = jax.jit(build(g, layers, loop, interpret()))
+    f = jax.jit(build(g, layers, loop, interpret(), sync))
     outs = []
     for c in range(cores):       # each core: its heads, the whole cache
         qs = q.reshape(loop, rp, heads, dn + dr)[:, :, c * hl:(c + 1) * hl].reshape(loop, rp, -1)
@@ -173,12 +182,15 @@ def test_mla_cases(case):
     run_case(*case, scaling=YARN)
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["ahead", "synchronised"])
 @pytest.mark.parametrize("form", M.FORMS)
-def test_mla_nope_gate_in_layer_loop(form):
-    """Kimi's NoPE with an output gate, two layers in one fori_loop (no DMA
-    may stay in flight between them)."""
+def test_mla_nope_gate_in_layer_loop(form, sync):
+    """Kimi's NoPE with an output gate, three layers in one fori_loop from
+    layer 1: the windows' slots rotate across sequences and layers, a layer's
+    first window and tile are in flight across the loop's boundary (or, in the
+    synchronised ablation, each attend waits its own)."""
     run_case(form, 2, 2, 4, 2, 32, (16, 8, 16), 16, 2, jnp.bfloat16, [15, 3], rope=False,
-             gate=True, layer=0, layers=2, loop=2)
+             gate=True, layer=1, layers=4, loop=3, sync=sync)
 
 
 @st.composite

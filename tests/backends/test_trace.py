@@ -6,6 +6,7 @@ import pytest
 from megakernel.backends.pallas_tpu import trace
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.shard import shard_weights
+from megakernel.ir.config import MLAConfig, ModelConfig, build
 from megakernel.models import zoo
 from megakernel.models.weights import init_weights
 
@@ -111,32 +112,81 @@ def _in_flight_under(program, kinds=("kv",)) -> dict[int, list[str]]:
     return out
 
 
+def _kv_dmas(model, library, sync, tmp_path, positions, window_bytes):
+    """Trace one step of ``model`` (1 core, batch 2; the synchronised ablation
+    if ``sync``) at ``positions(g)`` (g: the geometry of its ``library`` op):
+    (``_in_flight_under`` of its KV DMAs, its window loads: DMAs into VMEM of
+    ``window_bytes(g)``)."""
+    from megakernel.backends import pallas_tpu as backend
+    from megakernel.backends.pallas_tpu import load
+
+    plan = plan_model(model, devices=1, batch=2, tokens=1)
+    g = next(og.geometry for og in plan.memory.geometries if og.library == library)
+    module = load.import_module(backend.compile_model(model, plan, tmp_path, synchronised=sync))
+    result = trace.trace_step(model, plan, init_weights(model), module=module,
+                              positions=positions(g))
+    assert result.unwaited == 0
+    under = _in_flight_under(result.program(0))
+    events = {e.order: e for e in result.events}
+    loads = [d for d in under if events[d].dst == "vmem" and events[d].nbytes == window_bytes(g)]
+    return under, loads
+
+
+def _assert_off_the_critical_path(under, loads, first_loads, sync):
+    if sync:   # no weight tile is consumed under a window load: it is waited inside the op
+        assert all("ring" not in under[d] for d in loads), {d: under[d] for d in loads}
+    else:
+        assert all(under.values()), under
+        assert all("ring" in under[d] for d in first_loads), {d: under[d] for d in first_loads}
+
+
 @pytest.mark.parametrize("sync", [False, True], ids=["megakernel", "synchronised"])
 def test_attention_dmas_leave_the_critical_path(sync, tmp_path):
     """Issue 17 item 2: every KV-cache DMA (window loads and stores, cache
     tiles) is in flight while the core waits for something else; each layer's
     first window load starts a layer ahead, so weight tiles are consumed under
     it. The synchronised ablation waits each at once (the control)."""
-    from megakernel.backends import pallas_tpu as backend
-    from megakernel.backends.pallas_tpu import load
-
     model = zoo.model("tiny-dense")
-    plan = plan_model(model, devices=1, batch=2, tokens=1)
-    g = next(og.geometry for og in plan.memory.geometries if og.library == "attention")
-    module = load.import_module(backend.compile_model(model, plan, tmp_path, synchronised=sync))
-    # sequence 0 reads two cache tiles before its window, sequence 1 none
-    start = [g.kv_tile + 40, 3]
-    assert start[0] + 16 <= g.max_seq_len
-    result = trace.trace_step(model, plan, init_weights(model), module=module, positions=start)
-    under = _in_flight_under(result.program(0))
-    events = {e.order: e for e in result.events}
-    loads = [d for d in under if events[d].dst == "vmem" and events[d].nbytes == g.width * 16 * 2]
+
+    def start(g):   # sequence 0 reads two cache tiles before its window, sequence 1 none
+        assert g.kv_tile + 40 + 16 <= g.max_seq_len
+        return [g.kv_tile + 40, 3]
+
+    under, loads = _kv_dmas(model, "attention", sync, tmp_path, start,
+                            lambda g: g.width * 16 * 2)
     layers = len(model.layers)
     # per layer: 2 sequences x k|v window load and store, 2 tiles x k|v
     assert len(under) == layers * (4 * 2 + 2 * 2) and len(loads) == layers * 2 * 2
     first_loads = [d for i, d in enumerate(loads) if i % 4 < 2]    # sequence 0's k and v
-    if sync:   # no weight tile is consumed under a window load: it is waited inside attend
-        assert all("ring" not in under[d] for d in loads), {d: under[d] for d in loads}
-    else:
-        assert all(under.values()), under
-        assert all("ring" in under[d] for d in first_loads), {d: under[d] for d in first_loads}
+    _assert_off_the_critical_path(under, loads, first_loads, sync)
+
+
+def tiny_mla():
+    """A small DeepSeek-like model (q LoRA, latent cache, dense MLP, bf16): the
+    zoo's MLA models are full size."""
+    return build(ModelConfig(
+        name="tiny-mla", vocab_size=1024, hidden_size=256, num_layers=2, num_q_heads=4,
+        num_kv_heads=4, head_dim=48, intermediate_size=512, max_seq_len=512,
+        dtype="bfloat16", mla=MLAConfig(kv_lora_rank=128, qk_nope_head_dim=32,
+                                        qk_rope_head_dim=16, v_head_dim=32, q_lora_rank=64)))
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["megakernel", "synchronised"])
+def test_mla_dmas_leave_the_critical_path(sync, tmp_path):
+    """The same for multi-head latent attention: its latent windows and cache
+    tiles stream under other work (mla.prefetch / attend / drain)."""
+    from megakernel.backends.pallas_tpu.attention import window_rows
+
+    model = tiny_mla()
+    W = lambda g: window_rows(g)   # noqa: E731
+
+    def start(g):   # sequence 0 reads a cache tile before its window, sequence 1 none
+        assert 2 * W(g) <= g.max_seq_len and W(g) < g.kv_tile
+        return [2 * W(g) + 3, 3]
+
+    under, loads = _kv_dmas(model, "mla", sync, tmp_path, start,
+                            lambda g: W(g) * g.latent * 2)
+    layers = len(model.layers)
+    # per layer: 2 sequences' window load and store, 1 latent tile
+    assert len(under) == layers * (2 * 2 + 1) and len(loads) == layers * 2
+    _assert_off_the_critical_path(under, loads, loads[::2], sync)   # [::2]: sequence 0's
