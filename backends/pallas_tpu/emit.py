@@ -82,13 +82,13 @@ class StackCtx:
 
         def state(layer: str) -> str:
             return (f"{appended}, {layer}, {self.start_ref}, start_pos, {self.first_step}, "
-                    f"{self.buffers(node)}, sync=SYNCHRONISED")
+                    f"{self.buffers(node)}, sync=APPENDED_SYNC")
 
         where = f"layers[{self.s}].{node}"
         self.before.append(f"{lib}.prefetch({g}, {state('0')})  # {where}: "
                            f"repetition 0's first window and {tile}")
         self.after.append(f"{lib}.drain({g}, {appended}, {count}, {self.buffers(node)}, "
-                          f"sync=SYNCHRONISED)  # {where}: the last windows' stores")
+                          f"sync=APPENDED_SYNC)  # {where}: the last windows' stores")
         return state("k"), f"{lib}.prefetch({g}, {state('k + 1')}, when=k + 1 < {count})"
 
     def hbm(self, param: str) -> str:

@@ -37,7 +37,11 @@ def test_checkpoint_folder_shows_plans_compiles_and_checks(tmp_path, capsys):
     assert out.startswith("PASS")
 
 
-def test_published_fp8_config_is_refused_by_name(tmp_path, capsys):
+def test_published_fp8_config_imports_its_shipped_formats(tmp_path, capsys):
+    """DeepSeek-V3's published config ships fp8 blocks: it imports (it was
+    refused before issue 13's shipped loaders) with its dense and expert
+    matrices in fp8_b128, and a quantization_config this project cannot read
+    is still refused by name (exit 2)."""
     import json
 
     from tests.models.published_configs import DEEPSEEK_V3
@@ -45,5 +49,13 @@ def test_published_fp8_config_is_refused_by_name(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(DEEPSEEK_V3))
     code, _, err = run("show", str(path), capsys=capsys)
+    assert code == 0, err
+    from megakernel.models.hf import from_hf
+
+    card = from_hf(path)
+    assert (card.quantize.dense, card.quantize.experts) == ("fp8_b128", "fp8_b128")
+    bad = dict(DEEPSEEK_V3, quantization_config={"quant_method": "awq"})
+    path.write_text(json.dumps(bad))
+    code, _, err = run("show", str(path), capsys=capsys)
     text = " ".join(err.split())          # the printer wraps long lines
-    assert code == 2 and "quantization_config" in text and "issue 13" in text
+    assert code == 2 and "quantization_config" in text and "awq" in text
