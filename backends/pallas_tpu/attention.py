@@ -262,8 +262,8 @@ def drain(g: AttentionGeometry, k_cache, v_cache, k_new, v_new, layers: int, *, 
     windows' stores (the megakernel emits it; under ``sync`` each attend waits
     its own)."""
     if not sync:
-        new_rows.Windows((k_cache, v_cache), (k_new, v_new), 0, lambda b: 0, True, window,
-                         window_sems).drain(layers * g.batch)
+        _windows(g, (k_cache, v_cache), (k_new, v_new), 0, None, True, window,
+                 window_sems).drain(layers * g.batch)
 
 
 def _sink_rows(g: AttentionGeometry, sinks, h: int):

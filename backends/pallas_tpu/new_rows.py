@@ -105,18 +105,21 @@ class Windows:
 
     def wait_store(self, b):
         """Wait the store outstanding in sequence b's slot (a window's bytes)."""
-        for j in range(len(self.caches)):
-            self._store(b, j).wait()
+        self._wait_slot(self.slot(b))
 
     def drain(self, end: int):
         """Wait the stores of windows end - 2 and end - 1 (``end`` static: the
-        windows numbered so far), which no later load waits. A wait needs only
-        the slot's semaphore and a window's size, so the descriptor names
-        sequence 0's output (window n's sequence may be any, or out of range)."""
+        windows numbered so far), which no later load waits."""
         for n in range(max(end - 2, 0), end):
-            for j in range(len(self.caches)):
-                pltpu.make_async_copy(self.win.at[n % 2, j], self.news[j].at[self.layer, 0],
-                                      self.sem.at[n % 2, j]).wait()
+            self._wait_slot(n % 2)
+
+    def _wait_slot(self, slot):
+        """Wait one window's store on ``slot``'s semaphores. A wait needs only
+        the semaphore and a window's size, so the descriptor names sequence
+        0's output (the stored window's sequence may be any)."""
+        for j in range(len(self.caches)):
+            pltpu.make_async_copy(self.win.at[slot, j], self.news[j].at[self.layer, 0],
+                                  self.sem.at[slot, j]).wait()
 
 
 def put_rows(new, win_ref, at, first_row: int, tokens: int):
