@@ -179,6 +179,9 @@ def choose_geometry(model, shard, target, request, specs, *, rounds: int = 2,
     best = search.evaluate(best_g)
     if best is None:
         best_g, best = _field_pass(search, opts, ("expert_slots", "slot_chunks"), best_g, best)
+    if best is None:       # a tight model: start the passes from the smallest layout that plans
+        best_g, best = next(((g, r) for g in _smallest(opts) if (r := search.evaluate(g))),
+                            (best_g, best))
     for _ in range(rounds):
         best_g, best = _ring_pass(search, opts, best_g, best)
         best_g, best = _field_pass(search, opts, ("expert_slots", "slot_chunks"), best_g, best)
@@ -188,10 +191,24 @@ def choose_geometry(model, shard, target, request, specs, *, rounds: int = 2,
     return best_g, best[2]
 
 
+def _smallest(opts):
+    """The least-VMEM geometry of each bank size, smallest banks first."""
+    for bank in sorted(opts["bank_bytes"]):
+        yield Geometry(bank, min(opts["num_banks"]), min(opts["expert_slots"]),
+                       max(opts["slot_chunks"]), min(opts["kv_tile"]))
+
+
 def _raise_infeasible(model, shard, target, request, specs, opts):
-    smallest = Geometry(min(opts["bank_bytes"]), 2, min(opts["expert_slots"]),
-                        max(opts["slot_chunks"]), min(opts["kv_tile"]))
-    memory = plan_memory(model, shard, target, request, smallest, specs, check=False)
+    """The VMEM shortfall of the smallest geometry whose banks hold every tile
+    (a smaller bank's tile error would name the wrong cause)."""
+    for smallest in _smallest(opts):
+        bank = smallest.bank_bytes
+        try:
+            memory = plan_memory(model, shard, target, request, smallest, specs, check=False)
+            break
+        except PlanningError as err:
+            if err.path != "plan.ring" or bank == max(opts["bank_bytes"]):
+                raise
     ring = memory.ring.nbytes
     fixed = memory.vmem_total - ring
     big = sorted((b for b in memory.buffers if b.space.value == "vmem"
@@ -199,7 +216,7 @@ def _raise_infeasible(model, shard, target, request, specs, opts):
     listing = ", ".join(f"{b.name} {mib(b.nbytes)}" for b in big)
     raise PlanningError(
         f"VMEM budget {mib(target.vmem_budget)} is too small for any ring: the smallest "
-        f"(2 banks x {smallest.bank_bytes // KiB} KiB, {mib(ring)} as laid out) plus the other buffers "
+        f"({smallest.num_banks} banks x {smallest.bank_bytes // KiB} KiB, {mib(ring)} as laid out) plus the other buffers "
         f"({mib(fixed)}; largest: {listing}) needs {mib(memory.vmem_total)}",
         path="plan.ring",
         hint="lower vmem_reserve, batch or tokens per step, or use more TensorCores")

@@ -2,6 +2,8 @@
 within the VMEM budget and HBM, the MLA form chosen by the cost model with both
 forms' modeled costs in the report, and the replicated latent cache's bytes."""
 
+import dataclasses
+
 import pytest
 
 from megakernel.compiler import report
@@ -9,6 +11,7 @@ from megakernel.compiler.kind_mla import form_costs
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.target import make_target
 from megakernel.ir.config import MLAConfig, ModelConfig, build
+from megakernel.ir.weight_kinds import Quantize
 from megakernel.models import zoo
 
 
@@ -72,3 +75,20 @@ def test_the_planner_takes_the_expanded_form_when_it_is_cheaper():
                         overrides={"mla_form": "expanded"})
     assert "expanded form (set by overrides.mla_form" in dict(forced.choices)["mla s0.mla"]
     assert forced.memory.geometry_of(0, "mla").geometry.form == "expanded"
+
+
+def test_deepseek_v3_in_fp8_plans_on_16_cores():
+    """Shipped fp8 (dense and experts) halves the weights, so DeepSeek-V3 fits
+    16 TensorCores. It did not plan: its first geometries and the slot search
+    around them do not fit, and the search gave up (naming a tile only the
+    smallest bank size could not hold); it now starts again from the smallest
+    layout that plans, and fp8 blocks may be cut to 1, 2 or 4 scale rows."""
+    model = build(dataclasses.replace(zoo.card("deepseek-v3"),
+                                      quantize=Quantize(dense="fp8_b128", experts="fp8_b128")))
+    plan = plan_model(model, devices=16, batch=1, tokens=1)
+    m = plan.memory
+    assert m.vmem_total <= m.vmem_budget and m.hbm_total <= m.hbm_capacity
+    assert {p.format for ss in plan.shard.stacks for p in ss.params} >= {"fp8_b128"}
+    # one-byte codes on 16 cores: about bf16's bytes per core on 32 (scales on top)
+    bf16 = plan_model(zoo.model("deepseek-v3"), devices=32, batch=1, tokens=1)
+    assert m.hbm_total < 1.2 * bf16.memory.hbm_total
