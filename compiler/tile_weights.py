@@ -219,12 +219,14 @@ def _spans(extent: int, block: int, quantum: int) -> list[tuple[int, int]]:
 
 @functools.lru_cache(maxsize=4096)
 def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
-                kind: str = "weight", quantum: int = 1) -> tuple[Tile, ...]:
+                kind: str = "weight", quantum: int = 1,
+                most: int | None = None) -> tuple[Tile, ...]:
     """Tiles of a per-core [rows, cols] matrix for banks of ``bank`` bytes.
     kind: "weight" (row blocks), "head" (vocab column blocks, whole
     contraction). Row blocks of a "weight" are whole multiples of ``quantum``
     rows too (a quantized weight's scale groups, megakernel/formats.py
-    ``row_quantum``). Column-major order: a column block's rows are adjacent."""
+    ``row_quantum``), and at most ``most`` rows. Column-major order: a column
+    block's rows are adjacent."""
     # In bits: the ring holds 4-bit codes two to a byte (packed in words).
     item, sub, bank = dtypes.of(dtype).bits, sublanes(dtype), 8 * bank
     sub = math.lcm(sub, quantum)
@@ -240,6 +242,8 @@ def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
             rb, cb = rows, bank // (sub_rows * item) // LANES * LANES
         else:
             rb, cb = bank // (LANES * item) // sub * sub, LANES
+    if most is not None:
+        rb = min(rb, most)
     rspans, cspans = _spans(rows, rb, sub), _spans(cols, cb, LANES)
     return tuple(Tile(name, r0, nr, c0, nc, dtype)
                  for c0, nc in cspans for r0, nr in rspans)
@@ -247,10 +251,10 @@ def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
 
 @functools.lru_cache(maxsize=4096)
 def _totals(name: str, rows: int, cols: int, dtype: str, bank: int,
-            kind: str = "weight", quantum: int = 1) -> tuple[int, int]:
+            kind: str = "weight", quantum: int = 1, most: int | None = None) -> tuple[int, int]:
     """(DMA bytes, elements) of ``tile_matrix``'s tiles; raises when one does
     not fit a bank (only possible for banks below a few native tiles)."""
-    tiles = tile_matrix(name, rows, cols, dtype, bank, kind, quantum)
+    tiles = tile_matrix(name, rows, cols, dtype, bank, kind, quantum, most)
     worst = max(tiles, key=lambda t: t.view[0] * t.view[1])
     need = padded_bytes(worst.words, "int32")      # as the bank holds it: words
     if need > bank:
@@ -275,8 +279,6 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
                 nbytes, elements = _totals(*key)
             else:
                 mine, nbytes, elements = _quantized_tiles(p, bank_bytes)
-                _totals(p.name, *p.shape[-2:], p.dtype, bank_bytes, "weight",
-                        scale_quantum(p.format, p.shape[-2]))   # fits a bank
             dq = 0 if p.format == "plain" else elements
             if nodes and nodes[-1].node == node:
                 n = nodes[-1]
@@ -299,25 +301,59 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
 
 def _quantized_tiles(p, bank: int) -> tuple[tuple[Tile, ...], int, int]:
     """(tiles, DMA bytes, weight elements) of quantized weight ``p``: row blocks
-    of codes on whole scale groups, each bringing its scales (``Tile.scale_view``)
-    under its own flat index. Per-channel scales (one row) come with every row
+    of codes on whole scale groups (the first legal cut, ``row_blocks``, whose
+    tiles fit a bank), each bringing its scales (``Tile.scale_view``) under
+    its own flat index. Per-channel scales (one row) come with every row
     block of their columns."""
     rows, cols = p.shape[-2:]
-    key = (p.name, rows, cols, p.dtype, bank, "weight", scale_quantum(p.format, rows))
-    tiles = tuple(dataclasses.replace(t, format=p.format) for t in tile_matrix(*key))
-    return tiles, sum(t.nbytes for t in tiles), sum(t.elements for t in tiles)
+    err = None
+    for quantum, most in row_blocks(p.format, rows):
+        key = (p.name, rows, cols, p.dtype, bank, "weight", quantum, most)
+        try:
+            _totals(*key)                  # every tile fits a bank
+        except PlanningError as e:         # this cut's smallest tile outgrows the bank
+            err = err or e
+            continue
+        tiles = tuple(dataclasses.replace(t, format=p.format) for t in tile_matrix(*key))
+        return tiles, sum(t.nbytes for t in tiles), sum(t.elements for t in tiles)
+    raise err
 
 
-def scale_quantum(fmt_name: str, rows: int) -> int:
-    """Rows a block of a quantized [rows, N] matrix must be a multiple of: whole
-    code tiles and scale groups, and (Mosaic slices tiled dimensions by whole
-    [8, 128] tiles) a whole 8 rows of f32 scales, unless the block is all of
-    ``rows`` (its scales then are the whole dimension)."""
+def row_blocks(fmt_name: str, rows: int) -> tuple[tuple[int, int], ...]:
+    """(quantum, most rows) of each legal cut of a quantized [rows, N] matrix
+    into row blocks, the largest blocks first. A block is whole code tiles
+    and scale groups, and its f32 scales are a slice of an HBM array, which
+    Mosaic cuts along a tiled dimension only into whole 8-row tiles or into
+    1-, 2- or 4-row pieces at a multiple of their size (``slice_ok``)."""
     fmt = formats.get(fmt_name)
+    q = fmt.row_quantum(rows)
     if fmt.group_rows == formats.WHOLE:
-        return fmt.row_quantum(rows)
-    eight = math.lcm(fmt.row_quantum(rows), 8 * fmt.group_rows)
-    return eight if rows % eight == 0 else rows
+        return ((q, rows),)
+    eight = math.lcm(q, 8 * fmt.group_rows)
+    out = [(eight, rows)] if rows % eight == 0 else [(rows, rows)]
+    for n in (4, 2, 1):
+        size = n * fmt.group_rows
+        if size < rows and size % q == 0 and rows % size == 0:
+            out.append((size, size))
+    return tuple(out)
+
+
+def slice_ok(fmt_name: str, rows: int, block: int) -> bool:
+    """Whether ``block``-row slices (at multiples of ``block``) of a quantized
+    [rows, N] matrix can be fetched with their scales. Measured with libtpu
+    0.0.51 (DMA of an f32 [56, 1536] HBM array into VMEM): slices of 8k rows
+    at multiples of 8, and of 1, 2 or 4 rows at multiples of their size,
+    compile; a 5-row slice fails ("offsets along tiled dimensions must be
+    aligned to tiles"), as deepseek-v3's 1024-row fp8 blocks cut to 640 did."""
+    if block == rows:
+        return True
+    fmt = formats.get(fmt_name)
+    if block % fmt.row_quantum(rows) or rows % block:
+        return False
+    if fmt.group_rows == formats.WHOLE:
+        return True
+    scale_rows = block // fmt.group_rows
+    return scale_rows in (1, 2, 4) or scale_rows % 8 == 0
 
 
 def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: int,
@@ -329,10 +365,9 @@ def expert_streams(shard: ShardPlan, rows: int, top_k: dict[str, int], slots: in
         for node, _ep, _tp, local, width in st.experts:
             p = st.param(f"{node}.experts_gate")
             groups = width // LANES
-            # a slice of a quantized down matrix is whole 8-row tiles of scales
-            quantum = scale_quantum(p.format, width) if p.format != "plain" else LANES
+            # a slice of a quantized down matrix brings a legal slice of scale rows
             c = max(d for d in range(1, groups + 1) if groups % d == 0 and d <= (chunks or 1)
-                    and (d == 1 or (width // d) % quantum == 0))
+                    and (p.format == "plain" or slice_ok(p.format, width, width // d)))
             out.append(ExpertStream(st.stack, node, slots, width // c, c, p.shape[1], local,
                                     min(local, rows * top_k[node]), p.dtype, p.format))
     return tuple(out)

@@ -331,8 +331,10 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
                 # the down slice's scale rows: its groups, or the one per-channel row
                 whole = formats.get(g.fmt).group_rows == formats.WHOLE
                 dr = _scale_rows(g, C)
-                d0 = 0 if whole else (q % nc) * dr
-                src = (src[0], src[1], experts_down.at[layer, e, pl.ds(c0 // per, C // per), :],
+                d0 = 0 if whole else pl.multiple_of((q % nc) * dr, dr)
+                # the code words' row offset, its alignment stated for Mosaic
+                w0 = pl.multiple_of((q % nc) * (C // per), C // per)
+                src = (src[0], src[1], experts_down.at[layer, e, pl.ds(w0, C // per), :],
                        sg.at[layer, e, :, pl.ds(c0, C)], su.at[layer, e, :, pl.ds(c0, C)],
                        sd.at[layer, e, pl.ds(d0, dr), :])
             dst = dst + (gate_scales.at[slot], up_scales.at[slot], down_scales.at[slot])

@@ -9,6 +9,7 @@ import pytest
 
 from megakernel import formats
 from megakernel import quantize as Q
+from megakernel.compiler.tile_weights import row_blocks, slice_ok
 from megakernel.errors import IRError
 from megakernel.ir.config import ModelConfig, build
 from megakernel.ir.serialize import model_from_json, model_to_json
@@ -43,6 +44,22 @@ def test_row_quantum_is_whole_code_tiles_and_whole_groups():
     assert formats.get("int4_g128").row_quantum(4096) == 128
     assert formats.get("fp8_b128").row_quantum(4096) == 128
     assert formats.get("mxfp4").row_quantum(4096) == 64
+
+
+def test_blocks_bring_scale_slices_mosaic_can_cut():
+    """A row block's f32 scales are sliced from HBM: whole 8-row tiles, or 1, 2
+    or 4 rows at a multiple of their size (5 rows fail the TPU compile), or
+    all of them (libtpu 0.0.51, tile_weights.slice_ok)."""
+    assert row_blocks("fp8_b128", 7168) == ((1024, 7168), (512, 512), (256, 256), (128, 128))
+    assert row_blocks("fp8_b128", 1536) == ((1536, 1536), (512, 512), (256, 256), (128, 128))
+    assert row_blocks("fp8_b128", 1152) == ((1152, 1152), (128, 128))     # 9 scale rows
+    assert row_blocks("int4_g32", 4096) == ((256, 4096), (128, 128), (64, 64))
+    assert row_blocks("int8", 4096) == ((32, 4096),)                       # one scale row
+    # equal slices (expert chunks): 1, 2, 4, 8 or all 56 scale rows
+    ok = [b for b in range(128, 7169, 128) if slice_ok("fp8_b128", 7168, b)]
+    assert ok == [128, 256, 512, 1024, 7168]
+    assert not slice_ok("fp8_b128", 1920, 640)          # 5 of 15 scale rows
+    assert slice_ok("mxfp4", 3072, 128) and not slice_ok("mxfp4", 3072, 192)   # 4 and 6
 
 
 def test_the_card_chooses_formats_per_weight_kind():

@@ -31,24 +31,29 @@ def model(fmt: str, moe: bool = False, experts: str = "plain", **kw):
 
 # Few and small (each is one interpret-mode compile, 5-30 s): every format
 # once, dense and routed experts, 1 and 2 devices, experts fetched whole and
-# in two slices (int8: per-channel scales; a grouped format slices experts
-# only on whole 8-row tiles of scales, not at these widths). Measured with kernel and reference sharing the
-# dequantisation: 2.4e-7 to 1.6e-5 max logit error (bf16 weights, f32
-# logits), far under the check's bf16 tolerance (~2.5e-2 here).
+# in two slices, and ring tiles cut to the smallest scale slices Mosaic takes
+# (16 KiB banks: fp8 blocks of one scale row; int4_g64 expert slices of two).
+# Measured with kernel and reference sharing the dequantisation: 2.4e-7 to
+# 1.6e-5 max logit error (bf16 weights, f32 logits), far under the check's
+# bf16 tolerance (~2.5e-2 here); the small-slice cases 4.8e-7.
+SMALL = {"bank_bytes": 16 * 1024, "slot_chunks": 2}
 CASES = [("int8", "plain", False, 1, None), ("int4_g32", "mxfp4", True, 2, None),
-         ("mxfp4", "plain", False, 2, None), ("plain", "int8", True, 1, 2),
-         pytest.param("fp8_b128", "int4_g64", True, 1, None, marks=pytest.mark.slow),
+         ("mxfp4", "plain", False, 2, None), ("plain", "int8", True, 1, {"slot_chunks": 2}),
+         pytest.param("fp8_b128", "int4_g64", True, 1, SMALL, marks=pytest.mark.slow),
          pytest.param("int4_g128", "plain", False, 2, None, marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize("fmt, experts, moe, devices, slices", CASES)
-def test_kernel_equals_reference_on_quantized_weights(fmt, experts, moe, devices, slices):
+@pytest.mark.parametrize("fmt, experts, moe, devices, overrides", CASES)
+def test_kernel_equals_reference_on_quantized_weights(fmt, experts, moe, devices, overrides):
     m = model(fmt, moe, experts)
-    plan = plan_model(m, devices=devices, batch=2,
-                      overrides={"slot_chunks": slices} if slices else None)
+    plan = plan_model(m, devices=devices, batch=2, overrides=overrides)
     formats_used = {p.format for ss in plan.shard.stacks for p in ss.params}
     assert formats_used >= {fmt, experts} - {"plain"}
+    slices = (overrides or {}).get("slot_chunks")
     assert not slices or all(e.chunks == slices for e in plan.memory.experts)
+    if overrides == SMALL:       # one-row fp8 scale slices in the ring
+        assert {t.scale_view[0] for s in plan.memory.stream.stacks for t in s.tiles
+                if t.format == fmt} == {1}
     result = check(m, plan, init_weights(m, 0), steps=2)
     assert not result.races
     assert result.token_agreement == 1.0
