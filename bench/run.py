@@ -399,7 +399,7 @@ def main(argv=None) -> int:
         return 0
 
     t0 = time.perf_counter()
-    deadline = t0 + args.budget - 25          # the timeline, JSON and table after the jobs
+    deadline = t0 + args.budget - 45          # formats, timeline, JSON and table after the jobs
     wanted = set(args.models.split(",")) if args.models else None
     jobs = [(n, d, None) for n, d in MODELS if wanted is None or n in wanted]
     if wanted is None or DEPTH_MODEL in wanted:
@@ -421,14 +421,20 @@ def main(argv=None) -> int:
     full = next((r for r in records if r["model"] == DEPTH_MODEL), None)
     summary["aot_depth"] = _depth(full, cut)
     summary["timeline_png"] = _timeline_png(summary)
+    from bench import formats
+
+    quantized = [formats.format_record(*row) for row in formats.FORMAT_ROWS
+                 if wanted is None or row[0] in wanted]
     summary["total_s"] = time.perf_counter() - t0
     out = {"format": FORMAT, "notes": NOTES, "models": records, "aot_depth_cut": cut,
-           "summary": summary}
+           "formats": quantized, "summary": summary}
     (RESULTS / "bench.json").write_text(json.dumps(out, indent=1))
     from bench.table import render
 
     print()
     print(render(records, summary))
+    if quantized:
+        print("\n".join(formats.render(quantized)))
     return 0
 
 

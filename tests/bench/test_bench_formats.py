@@ -1,0 +1,23 @@
+"""The bench's weight-format rows: each quantized variant planned beside its
+bf16 row (bench/formats.py); every figure modeled."""
+
+from bench import formats
+
+
+def test_a_format_row_stands_beside_its_bf16_row():
+    rec = formats.format_record("qwen3-8b", 4, {"dense": "int4_g128"})
+    assert rec["formats"] == "dense int4_g128" and rec["bf16_cores"] == 4
+    assert rec["modeled_step_over_bf16"] == rec["modeled_step_ms"] / rec["bf16_modeled_step_ms"]
+    # a quarter of the dense bytes: the HBM floor falls below the core floor,
+    # which binds (4-bit codes reach the MXU as bf16 after dequantisation)
+    assert rec["modeled_hbm_floor_ms"] < rec["modeled_core_floor_ms"]
+    assert rec["modeled_binding_floor"] == "core"
+    text = "\n".join(formats.render([rec]))
+    assert "MODELED" in text and "dense int4_g128" in text and "qwen3-8b/4" in text
+
+
+def test_a_model_bf16_does_not_fit_is_compared_on_more_cores():
+    rec = formats.format_record("kimi-k2", 16, {"experts": "mxfp4"})
+    assert rec["bf16_cores"] == 32 and rec["bf16_note"].startswith("bf16 on 16 cores:")
+    assert rec["hbm_bytes_per_core"] < 103e9        # TPU7x HBM per TensorCore
+    assert "kimi-k2/32" in "\n".join(formats.render([rec]))
