@@ -65,6 +65,12 @@ def derive(measured: dict, bf16_flops: float) -> dict:
                 put(f"mxu_weights_per_cycle.{dt}.{lay}", grown / _slope(measured, key),
                     "weight/cycle", f"x[8, {KDIM}] @ W {lay}, N {SMALL_N}->{LARGE_N}, "
                     "weights in VMEM (int formats converted to bf16 there first)")
+    for key, cycles in sorted(measured.items()):
+        if key.startswith("matmul.q.") and isinstance(cycles, list):
+            fmt = key.removeprefix("matmul.q.").removesuffix(".kn")
+            put(f"mxu_weights_per_cycle.q.{fmt}.kn", grown / _slope(measured, key),
+                "weight/cycle", f"x[8, {KDIM}] @ W {fmt}, N {SMALL_N}->{LARGE_N}: codes and "
+                "scales in VMEM through the kernel's own path (dequant.matmul)")
     bf16 = out["mxu_weights_per_cycle.bfloat16.kn"]["value"]
     put("mxu_push_rows", fpc / (2.0 * bf16), "rows",
         "flops_per_cycle / (2 x bf16 weights per cycle): below this many LHS rows a "

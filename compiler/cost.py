@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from megakernel.compiler import dma_service
+from megakernel.compiler import calibration, dma_service
 from megakernel.compiler.layout import itemsize
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectivePlan
@@ -124,8 +124,9 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
             rb, n_tiles = (mine.nbytes, mine.count) if mine else (0, 0)
             other = vec if i == 0 else 0
             ph = dict(ring_bytes=rb, other_bytes=other, floor_bytes=rb + other,
-                      flops=2.0 * rows_eff * (mine.elements + (c.dequant_slowdown - 1.0)
-                                              * mine.dequantized if mine else 0),
+                      flops=2.0 * rows_eff * (mine.elements + sum(
+                                  (format_factor(f) - 1.0) * n for f, n in mine.quantized)
+                                              if mine else 0),
                       tiles=n_tiles, outstanding=ring,
                       overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
             cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
@@ -219,10 +220,23 @@ def _moe_cost(cx: _NodeCost, node, ph: dict) -> dict:
     return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,
                 floor_bytes=ph["floor_bytes"] + e.bytes_per_layer,
                 flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk
-                * (1.0 if e.format == "plain" else c.dequant_slowdown),
+                * format_factor(e.format),
                 outstanding=cx.ring + e.slots,
                 overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
                 stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")
+
+
+def format_factor(fmt: str) -> float:
+    """Core time of a weight in ``fmt`` against a plain bf16 one: the bf16
+    weights per cycle over those of the format's own kernel path (decode,
+    scales and dot, ``dequant.matmul``), both measured by `megakernel
+    calibrate` (compiler/calibration.json)."""
+    if fmt == "plain":
+        return 1.0
+    cal = calibration.load()
+    where = f"format {fmt}"
+    return (cal.weights_per_cycle("bfloat16", False, where)
+            / cal.weights_per_cycle(f"q.{fmt}", False, where))
 
 
 def _bw(target: Target, outstanding: int) -> float:

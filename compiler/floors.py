@@ -72,17 +72,19 @@ class Floors:
 
 
 def _weights(plan) -> dict[str, int]:
-    """dtype -> weight elements one core loads into the MXU per step. Every
+    """dtype (plain) or format (quantized) -> weight elements one core loads into
+    the MXU per step. Every
     weight is stored [K, N] (the tied LM head as a transposed copy), so every
     push is at the [K, N] rate."""
     out: dict[str, int] = {}
     stream = plan.memory.stream
 
     def add(dtype, fmt, n):
-        # Quantized codes reach the MXU dequantised to the model's dtype
-        # (backends/pallas_tpu/dequant.py): that is the push rate they pay.
-        mxu = dtype if fmt == "plain" else plan.model.dtype.value
-        out[mxu] = out.get(mxu, 0) + n
+        # Quantized codes go through their format's kernel path
+        # (backends/pallas_tpu/dequant.py), calibrated per format with its
+        # decode and scales: that is the rate they pay.
+        key = dtype if fmt == "plain" else f"q.{fmt}"
+        out[key] = out.get(key, 0) + n
 
     for st in stream.stacks:
         for t in st.tiles:

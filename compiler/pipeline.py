@@ -25,6 +25,7 @@ from megakernel.compiler.plan import Plan
 from megakernel.compiler.request import make_request
 from megakernel.compiler.schedule_collectives import collective_specs, schedule_collectives
 from megakernel.compiler.shard import expert_counts, moe_degrees, shard_model
+from megakernel.compiler.shard_formats import check_target
 from megakernel.compiler.target import Target, make_target
 from megakernel.errors import PlanningError
 from megakernel.ir import sizes
@@ -85,6 +86,7 @@ def plan_model(model: Model, *, target: "Target | str | None" = None, devices: i
 def _plan_one(model: Model, target: Target, request, ep, *, rounds: int, cache: dict) -> Plan:
     """The stages after ``target`` for one expert-parallel degree."""
     shard = shard_model(model, request.devices, moe_parallel=ep, embed=request.overrides.embed)
+    check_target(shard, target)
     specs = collective_specs(shard, request, target, model.hidden_size, model.dtype.value)
     geometry, memory = choose_geometry(model, shard, target, request, specs, rounds=rounds,
                                        cache=cache)

@@ -69,6 +69,21 @@ def format_params(params: tuple[ParamShard, ...], chosen: dict[str, str],
     return tuple(out)
 
 
+def check_target(shard, target) -> None:
+    """Formats whose codes reach the MXU as float8 (``Format.mxu == "fp8"``)
+    need a chip that takes float8 operands."""
+    if target.fp8_flops:
+        return
+    for ss in shard.stacks:
+        for p in ss.params:
+            if formats.get(p.format).mxu == "fp8":
+                raise PlanningError(f"format {p.format!r} feeds float8 codes to the MXU; "
+                                    f"{target.chip} has no float8 matmul (pltpu)",
+                                    path=f"shard.layers.{ss.start}.{p.name}",
+                                    hint="plan for tpu7x or v6e, or quantize this weight kind "
+                                         "to another format")
+
+
 def check_globals(quantize) -> None:
     """The LM head and embedding stream plain (their kernel paths read plain)."""
     if quantize.lm_head != "plain":

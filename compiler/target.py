@@ -77,10 +77,6 @@ COST_TABLE: dict[str, Constant] = {
         4.5e12, "op/s", "assumed: 2 vector ALU slots x 8 sublanes x 128 lanes of f32 per "
         "cycle at 2.203 GHz (the clock of platform-facts.md); charges elementwise work "
         "that is not a matmul (the Gated DeltaNet recurrence)"),
-    "dequant_slowdown": Constant(
-        1.7, "x", "libtpu's static schedule (platform-facts.md): int8 weights dequantised "
-        "with an f32 scale multiply run 1.4x their HBM time, ~1,200 weights per cycle "
-        "against 2,048 bf16 weight pushes; charged on every dequantised weight"),
 }
 
 
@@ -122,7 +118,6 @@ class CostConstants:
     ici_hop_latency_s: float
     kernel_launch_s: float
     vpu_f32_ops_per_s: float
-    dequant_slowdown: float
 
     @classmethod
     def default(cls) -> "CostConstants":
@@ -166,6 +161,7 @@ class Target:
     topology: Topology
     vmem_reserve: int = DEFAULT_VMEM_RESERVE
     constants: CostConstants = field(default_factory=CostConstants.default)
+    fp8_flops: float = 0.0   # per TensorCore; 0: no float8 MXU operands (pltpu)
 
     @property
     def cores(self) -> int:
@@ -226,4 +222,5 @@ def make_target(chip: str = "tpu7x", cores: int = 1, *,
                   bf16_flops=float(info.bf16_ops_per_second), lanes=info.num_lanes,
                   sublanes=info.num_sublanes, mxu_size=info.mxu_column_size,
                   topology=make_topology(chip, cores), vmem_reserve=vmem_reserve,
-                  constants=constants or CostConstants.default())
+                  constants=constants or CostConstants.default(),
+                  fp8_flops=float(info.fp8_ops_per_second))

@@ -97,8 +97,10 @@ class NodeTiles:
     count: int
     nbytes: int
     elements: int
-    # weights dequantised in VMEM before their dot (quantized formats)
-    dequantized: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
+    # (format, weight elements) of its quantized weights: each format's kernel
+    # path (dequant.matmul) has its own calibrated MXU rate
+    quantized: tuple[tuple[str, int], ...] = dataclasses.field(
+        default=(), metadata={OMIT_DEFAULT: True})
 
 
 @dataclass(frozen=True)
@@ -279,13 +281,13 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
                 nbytes, elements = _totals(*key)
             else:
                 mine, nbytes, elements = _quantized_tiles(p, bank_bytes)
-            dq = 0 if p.format == "plain" else elements
+            q = () if p.format == "plain" else ((p.format, elements),)
             if nodes and nodes[-1].node == node:
                 n = nodes[-1]
                 nodes[-1] = NodeTiles(node, n.first, n.count + len(mine), n.nbytes + nbytes,
-                                      n.elements + elements, n.dequantized + dq)
+                                      n.elements + elements, _merged(n.quantized + q))
             else:
-                nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements, dq))
+                nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements, q))
             tiles.extend(mine)
         stacks.append(StackStream(st.stack, st.start, st.count, st.period, offset, tuple(tiles),
                                   tuple(nodes)))
@@ -297,6 +299,14 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
     block = head[0].cols
     return WeightStream(bank_bytes, num_banks, tuple(stacks), head, offset, block, nbytes,
                         elements)
+
+
+def _merged(pairs) -> tuple[tuple[str, int], ...]:
+    """(format, elements) pairs summed per format."""
+    out: dict[str, int] = {}
+    for fmt, n in pairs:
+        out[fmt] = out.get(fmt, 0) + n
+    return tuple(sorted(out.items()))
 
 
 def _quantized_tiles(p, bank: int) -> tuple[tuple[Tile, ...], int, int]:

@@ -25,7 +25,10 @@ holds a 4-bit tile at half a byte per weight, not the byte per element a
 ``jnp.int4`` buffer would take (pltpu tiles int4 and e2m1 as [64, 128]: a
 64-row block of codes is exactly one [8, 128] tile of words, the row quantum
 below). The kernel unpacks words with signed int32 shifts and masks only
-(``megakernel/quantize.py``).
+(``megakernel/quantize.py``), except for formats whose codes go to the MXU
+as they are (``mxu="fp8"``: fp8_b128 on TPU7x, whose MXU takes a bf16 x
+float8 dot at twice the bf16 weight rate): their words are a plain bitcast
+of the codes, and each 128-row group's dot is scaled after it.
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ class Format:
     scale: str          # storage of the scales: "bfloat16", "float32", "e8m0"
     scale_bits: int
     about: str
+    # How the codes reach the MXU: "dequant" (decoded, times their scales, in
+    # the model dtype) or "fp8" (as float8 e4m3 operands, exactly; each group's
+    # scales multiply the dot's output columns: x @ W = sum_g (x_g @ codes_g) s_g).
+    mxu: str = "dequant"
 
     @property
     def plain(self) -> bool:
@@ -131,7 +138,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     *(Format(f"int4_g{g}", "int4", 4, g, 1, "bfloat16", 16,
              f"int4 codes, one bf16 scale per {g} inputs of each output") for g in (32, 64, 128)),
     Format("fp8_b128", "float8_e4m3fn", 8, 128, 128, "float32", 32,
-           "float8 e4m3fn codes, one f32 scale per 128 x 128 block (DeepSeek-V3)"),
+           "float8 e4m3fn codes, one f32 scale per 128 x 128 block (DeepSeek-V3)", "fp8"),
     Format("mxfp4", "float4_e2m1fn", 4, 32, 1, "e8m0", 8,
            "e2m1 codes, one E8M0 power-of-two scale per 32 inputs (OCP MX)"),
 )}

@@ -28,6 +28,13 @@ masks only (no unsigned vector op, no sub-word reshape) and stacks them along
 the sublanes. ``dequantize`` = decode, times the scale of each row's group, in
 f32, cast to the model dtype: the reference calls it on whole matrices, the
 kernel on each streamed tile, so both see the same bf16 weights.
+
+Formats the MXU takes as they are (``Format.mxu == "fp8"``: fp8_b128) are not
+dequantised: their words are a plain bitcast of the codes (``to_words``), the
+kernel feeds each 128-row group to the MXU as float8 and multiplies the dot's
+output columns by the group's scales, and the reference computes the same
+sum_g (x_g @ codes_g) * s_g (``models/reference.py`` ``ScaledCodes``): the
+products are exact in f32 either way, so only the order of f32 sums differs.
 """
 
 from __future__ import annotations
@@ -172,7 +179,15 @@ def decode_np(p: Packed) -> np.ndarray:
 # ---- words: the HBM and VMEM layout of codes ------------------------------------
 
 def to_words(p: Packed) -> np.ndarray:
-    """codes [..., K, N] -> int32 [..., K / per, N] in units (module docstring)."""
+    """codes [..., K, N] -> int32 [..., K / per, N] in units (module docstring);
+    codes the MXU takes as they are (``Format.mxu == "fp8"``) as a plain
+    bitcast instead: word row r holds code rows 4r..4r+3, the first in the low
+    byte (``pltpu.bitcast``'s order along the second-minor axis)."""
+    if p.fmt.mxu == "fp8":
+        *lead, k, n = p.codes.shape
+        rows = np.ascontiguousarray(p.codes.astype(np.uint8).reshape(*lead, k // 4, 4, n)
+                                    .swapaxes(-1, -2))
+        return rows.view(np.int32).reshape(*lead, k // 4, n)
     bits = p.fmt.code_bits
     per, unit = 32 // bits, unit_rows(p.fmt)
     *lead, k, n = p.codes.shape
@@ -200,8 +215,11 @@ def decode(fmt: Format, words):
         field = jnp.right_shift(top, 32 - bits)
         planes.append(field if fmt.code in ("int8", "int4")
                       else jnp.bitwise_and(field, (1 << bits) - 1))
-    codes = jnp.concatenate([p.reshape(rows // WORD_ROWS, WORD_ROWS, n) for p in planes],
-                            axis=1).reshape(rows * per, n)
+    if fmt.mxu == "fp8":        # bitcast order: field i of word row r is code row per r + i
+        codes = jnp.stack(planes, axis=1).reshape(rows * per, n)
+    else:
+        codes = jnp.concatenate([p.reshape(rows // WORD_ROWS, WORD_ROWS, n) for p in planes],
+                                axis=1).reshape(rows * per, n)
     if fmt.code in ("int8", "int4"):
         return codes.astype(jnp.float32)
     if fmt.code == "float8_e4m3fn":

@@ -14,6 +14,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 from megakernel import activations
@@ -36,8 +37,34 @@ class _Ctx:
     prefix: str                   # "layers.{i}."
 
 
-def matmul(x: Array, w: Array) -> Array:
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class ScaledCodes:
+    """A weight the MXU takes as float8 codes (``Format.mxu == "fp8"``): codes
+    [..., K, N] float8_e4m3fn and f32 scales [..., K/g, N] of groups of g
+    inputs; ``dtype`` is the model dtype x is cast to. ``matmul`` computes
+    sum_g (x_g @ codes_g) * scales_g, what the kernel's dot per group does."""
+
+    codes: Array
+    scales: Array
+    dtype: str
+
+    def tree_flatten(self):
+        return (self.codes, self.scales), self.dtype
+
+    @classmethod
+    def tree_unflatten(cls, dtype, leaves):
+        return cls(*leaves, dtype)
+
+
+def matmul(x: Array, w) -> Array:
     """x @ w in w's dtype with f32 accumulation (what the MXU does)."""
+    if isinstance(w, ScaledCodes):
+        (k, n), groups = w.codes.shape[-2:], w.scales.shape[-2]
+        xg = x.astype(w.dtype).astype(jnp.float32).reshape(-1, groups, k // groups)
+        parts = jnp.einsum("rgk,gkn->rgn", xg, w.codes.astype(jnp.float32).reshape(
+            groups, k // groups, n), precision=jax.lax.Precision.HIGHEST)
+        return jnp.sum(parts * w.scales.astype(jnp.float32)[None], axis=1)
     return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32,
                    precision=jax.lax.Precision.HIGHEST)
 
@@ -242,8 +269,15 @@ def _apply_ops(ops, where: str, x):
 decode_step_jit = jax.jit(decode_step, static_argnums=0)
 
 
-def as_jax(weights: dict[str, np.ndarray]) -> dict[str, Array]:
+def as_jax(weights: dict[str, np.ndarray]) -> dict:
     """Host weights as jax arrays; a quantized weight (``quantize.Packed``) is
-    dequantised by the kernel's own arithmetic (``quantize.dequantize``)."""
-    return {k: dequantize_packed(v) if isinstance(v, Packed) else jnp.asarray(v)
-            for k, v in weights.items()}
+    dequantised by the kernel's own arithmetic (``quantize.dequantize``), or,
+    if the MXU takes its codes as they are, kept as ``ScaledCodes``."""
+    def one(v):
+        if not isinstance(v, Packed):
+            return jnp.asarray(v)
+        if v.fmt.mxu == "fp8":
+            return ScaledCodes(jnp.asarray(v.codes.view(ml_dtypes.float8_e4m3fn)),
+                               jnp.asarray(v.scales, jnp.float32), v.dtype)
+        return dequantize_packed(v)
+    return {k: one(v) for k, v in weights.items()}

@@ -21,6 +21,7 @@ import sys
 MiB = 2**20
 M_DECODE = 8          # LHS rows at decode (one sublane tile)
 KDIM = 2048           # contracting size of the matmul probes
+QUANTIZED = ("int8", "int4_g32", "int4_g64", "int4_g128", "fp8_b128", "mxfp4")
 
 
 def _jax():
@@ -66,6 +67,30 @@ def matmul(dtype: str, layout: str, n: int, rows: int = M_DECODE, precision=None
     return _call(kernel, ((8, 128), jnp.float32),
                  [pltpu.VMEM((rows, KDIM), xdt), pltpu.VMEM(shape, wdt),
                   pltpu.VMEM((rows, n), jnp.float32)]), ("smem",)
+
+
+def quantized(fmt: str, n: int, mxu: str | None = None):
+    """x[8, K] @ W for W in format ``fmt`` as the kernel holds it (32-bit words
+    of codes and f32 scales in VMEM), through the kernel's own
+    ``dequant.matmul``: its MXU path with the decode it needs (``mxu`` forces
+    the other path, to compare the two)."""
+    jax, jnp, pl, pltpu = _jax()
+    from megakernel import formats
+    from megakernel.backends.pallas_tpu import dequant, runtime
+
+    f = formats.get(fmt)
+    groups = 1 if f.group_rows == formats.WHOLE else KDIM // f.group_rows
+
+    def kernel(_, o_ref, x_ref, w_ref, s_ref, y_ref):
+        y_ref[...] = dequant.matmul(x_ref[...], w_ref, s_ref[...], fmt, jnp.bfloat16,
+                                    runtime.matmul, mxu=mxu)
+        o_ref[...] = y_ref[0:8, 0:128]
+
+    return _call(kernel, ((8, 128), jnp.float32),
+                 [pltpu.VMEM((M_DECODE, KDIM), jnp.bfloat16),
+                  pltpu.VMEM((KDIM * f.code_bits // 32, n), jnp.int32),
+                  pltpu.VMEM((groups, n), jnp.float32),
+                  pltpu.VMEM((M_DECODE, n), jnp.float32)]), ("smem",)
 
 
 def _chained(op, reps: int, shape, extra):
@@ -166,6 +191,12 @@ KERNELS = {
     **{f"matmul.{dt}.{lay}": _pair(lambda n, dt=dt, lay=lay: matmul(dt, lay, n), 1024, 2048)
        for dt in ("bfloat16", "float32", "float8_e4m3fn", "int8", "int4")
        for lay in ("kn", "nk")},
+    # each quantized format through the kernel's own path (dequant.matmul), and
+    # fp8_b128 through the other one (dequantised to bf16), to compare
+    **{f"matmul.q.{fmt}.kn": _pair(lambda n, fmt=fmt: quantized(fmt, n), 1024, 2048)
+       for fmt in QUANTIZED},
+    "matmul.q.fp8_b128_dequant.kn": _pair(lambda n: quantized("fp8_b128", n, "dequant"),
+                                          1024, 2048),
     # f32 at full precision (the attention kernels' HIGHEST dots)
     "matmul.float32_highest.kn": _pair(
         lambda n: matmul("float32", "kn", n, precision="HIGHEST"), 1024, 2048),

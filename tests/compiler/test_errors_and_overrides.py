@@ -10,6 +10,8 @@ from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.target import make_target
 from megakernel.errors import PlanningError, ShardingError
 from megakernel.ir.config import ModelConfig, MoEConfig, build
+from megakernel.ir.weight_kinds import Quantize
+from megakernel.models import zoo
 
 SMALL = ModelConfig("small", 512, 256, 2, 8, 2, 64, 512, max_seq_len=256)
 SMALL_MOE = dataclasses.replace(SMALL, name="small_moe", moe=MoEConfig(8, 2, 256))
@@ -39,6 +41,17 @@ def test_budget_too_small_for_any_ring():
     assert err.path == "plan.ring"
     assert "1.00 MiB is too small for any ring" in str(err)
     assert "2 banks x 128 KiB" in str(err) and "MiB" in str(err)
+
+
+def test_a_float8_format_on_a_chip_without_a_float8_matmul_is_named():
+    """fp8_b128 codes go to the MXU as float8 (formats.Format.mxu); v5e has no
+    float8 matmul (pltpu), so the plan names the weight and what to change."""
+    model = build(dataclasses.replace(zoo.card("tiny-dense"), quantize=Quantize(dense="fp8_b128")))
+    with pytest.raises(PlanningError, match=r"feeds float8 codes to the MXU; v5e has no float8") \
+            as info:
+        plan_model(model, target="v5e", devices=1)
+    assert info.value.path.startswith("shard.layers.0.") and "tpu7x" in info.value.hint
+    assert plan_model(model, target="v6e", devices=1).cost.step_ms > 0
 
 
 def test_hbm_overflow_names_the_bytes():
