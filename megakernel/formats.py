@@ -26,9 +26,10 @@ holds a 4-bit tile at half a byte per weight, not the byte per element a
 64-row block of codes is exactly one [8, 128] tile of words, the row quantum
 below). The kernel unpacks words with signed int32 shifts and masks only
 (``megakernel/quantize.py``), except for formats whose codes go to the MXU
-as they are (``mxu="fp8"``: fp8_b128 on TPU7x, whose MXU takes a bf16 x
-float8 dot at twice the bf16 weight rate): their words are a plain bitcast
-of the codes, and each 128-row group's dot is scaled after it.
+as float8 (``mxu="fp8"``; TPU7x takes a bf16 x float8 dot at twice the bf16
+weight rate): fp8_b128 as they are, MXFP4's e2m1 turned into e4m3 bits
+exactly (value x 2^-6). Their words are a plain bitcast of the codes, and
+each group's dot is scaled after it.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("fp8_b128", "float8_e4m3fn", 8, 128, 128, "float32", 32,
            "float8 e4m3fn codes, one f32 scale per 128 x 128 block (DeepSeek-V3)", "fp8"),
     Format("mxfp4", "float4_e2m1fn", 4, 32, 1, "e8m0", 8,
-           "e2m1 codes, one E8M0 power-of-two scale per 32 inputs (OCP MX)"),
+           "e2m1 codes, one E8M0 power-of-two scale per 32 inputs (OCP MX)", "fp8"),
 )}
 PLAIN = FORMATS["plain"]
 

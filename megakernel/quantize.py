@@ -180,15 +180,18 @@ def decode_np(p: Packed) -> np.ndarray:
 
 def to_words(p: Packed) -> np.ndarray:
     """codes [..., K, N] -> int32 [..., K / per, N] in units (module docstring);
-    codes the MXU takes as they are (``Format.mxu == "fp8"``) as a plain
-    bitcast instead: word row r holds code rows 4r..4r+3, the first in the low
-    byte (``pltpu.bitcast``'s order along the second-minor axis)."""
+    codes fed to the MXU as float8 (``Format.mxu == "fp8"``) as a plain
+    bitcast instead: word row r holds code rows per r .. per r + per - 1, the
+    first in the lowest bits (``pltpu.bitcast``'s order along the
+    second-minor axis)."""
+    bits = p.fmt.code_bits
     if p.fmt.mxu == "fp8":
         *lead, k, n = p.codes.shape
-        rows = np.ascontiguousarray(p.codes.astype(np.uint8).reshape(*lead, k // 4, 4, n)
-                                    .swapaxes(-1, -2))
-        return rows.view(np.int32).reshape(*lead, k // 4, n)
-    bits = p.fmt.code_bits
+        per = 32 // bits
+        raw = (p.codes.astype(np.int64) & ((1 << bits) - 1)).reshape(*lead, k // per, per, n)
+        shifts = (np.arange(per, dtype=np.int64) * bits).reshape(per, 1)
+        words = (raw << shifts).sum(axis=-2)
+        return np.where(words >= 2**31, words - 2**32, words).astype(np.int32)
     per, unit = 32 // bits, unit_rows(p.fmt)
     *lead, k, n = p.codes.shape
     raw = p.codes.astype(np.int64) & ((1 << bits) - 1)

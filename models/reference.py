@@ -14,11 +14,10 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 
 from megakernel import activations
-from megakernel.quantize import Packed, dequantize_packed
+from megakernel.quantize import Packed, decode_np, dequantize_packed
 from megakernel.ir.graph import Model, OpNode
 from megakernel.ir.ops import Activation, Scoring
 from megakernel.registry import Registry
@@ -40,8 +39,8 @@ class _Ctx:
 @jax.tree_util.register_pytree_node_class
 @dataclass(frozen=True)
 class ScaledCodes:
-    """A weight the MXU takes as float8 codes (``Format.mxu == "fp8"``): codes
-    [..., K, N] float8_e4m3fn and f32 scales [..., K/g, N] of groups of g
+    """A weight the MXU takes as float8 codes (``Format.mxu == "fp8"``): code
+    values [..., K, N] (f32, exact) and f32 scales [..., K/g, N] of groups of g
     inputs; ``dtype`` is the model dtype x is cast to. ``matmul`` computes
     sum_g (x_g @ codes_g) * scales_g, what the kernel's dot per group does."""
 
@@ -60,11 +59,19 @@ class ScaledCodes:
 def matmul(x: Array, w) -> Array:
     """x @ w in w's dtype with f32 accumulation (what the MXU does)."""
     if isinstance(w, ScaledCodes):
-        (k, n), groups = w.codes.shape[-2:], w.scales.shape[-2]
-        xg = x.astype(w.dtype).astype(jnp.float32).reshape(-1, groups, k // groups)
-        parts = jnp.einsum("rgk,gkn->rgn", xg, w.codes.astype(jnp.float32).reshape(
-            groups, k // groups, n), precision=jax.lax.Precision.HIGHEST)
-        return jnp.sum(parts * w.scales.astype(jnp.float32)[None], axis=1)
+        # One dot per group in the model dtype (the code values are exact in
+        # bf16), f32 products and sums, in the kernel's group order. (x rounded
+        # to bf16 and widened back to f32 would be simplified away under jit:
+        # XLA allows excess precision.)
+        k, groups = w.codes.shape[-2], w.scales.shape[-2]
+        g, xs, codes = k // groups, x.astype(w.dtype), w.codes.astype(w.dtype)
+        out = None
+        for i in range(groups):
+            part = jnp.dot(xs[:, i * g:(i + 1) * g], codes[i * g:(i + 1) * g],
+                           preferred_element_type=jnp.float32,
+                           precision=jax.lax.Precision.HIGHEST) * w.scales[i].astype(jnp.float32)
+            out = part if out is None else out + part
+        return out
     return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32,
                    precision=jax.lax.Precision.HIGHEST)
 
@@ -276,8 +283,8 @@ def as_jax(weights: dict[str, np.ndarray]) -> dict:
     def one(v):
         if not isinstance(v, Packed):
             return jnp.asarray(v)
-        if v.fmt.mxu == "fp8":
-            return ScaledCodes(jnp.asarray(v.codes.view(ml_dtypes.float8_e4m3fn)),
-                               jnp.asarray(v.scales, jnp.float32), v.dtype)
+        if v.fmt.mxu == "fp8":       # code values (e4m3, e2m1) are exact in f32
+            return ScaledCodes(jnp.asarray(decode_np(v)), jnp.asarray(v.scales, jnp.float32),
+                               v.dtype)
         return dequantize_packed(v)
     return {k: one(v) for k, v in weights.items()}

@@ -29,7 +29,7 @@ def matmul(x, words, scales, fmt: str, dtype, dot, mxu: str | None = None):
     compares both)."""
     f = formats.get(fmt)
     if (mxu or f.mxu) == "fp8":
-        return _scaled_fp8(x, words, scales, dtype)
+        return _scaled_fp8(x, words, scales, fmt, dtype)
     per = 32 // f.code_bits
     rows, cols = words.shape[0] * per, words.shape[1]
     quantum = f.row_quantum(rows)
@@ -46,23 +46,43 @@ def matmul(x, words, scales, fmt: str, dtype, dot, mxu: str | None = None):
     return acc
 
 
-def _scaled_fp8(x, words, scales, dtype):
-    """sum_g (x_g @ codes_g) * scales_g over the 128-row groups of float8 codes
-    (``words``: a ref of their plain bitcast, four rows a word): each group's
-    codes go to the MXU as float8 beside x in the model dtype (TPU7x runs a
-    bf16 x float8 dot at the fp8 weight rate, platform-facts.md), and its
-    scales multiply the dot's f32 output columns. The products are exact, as
-    in the reference's ``ScaledCodes``. An f32 model's x has no float8 dot:
-    its codes are widened to f32 (exactly) first."""
-    rows, groups = words.shape[0] * 4, scales.shape[0]
+def _scaled_fp8(x, words, scales, fmt, dtype):
+    """sum_g (x_g @ codes_g) * scales_g over the groups of a format whose codes
+    go to the MXU as float8 (``words``: a ref of their plain bitcast): each
+    chunk of whole groups is bitcast to float8 (e2m1 first to e4m3 bits,
+    value x 2^-6, so its scales are taken x 2^6), and each group's dot, with
+    x in the model dtype (TPU7x runs a bf16 x float8 dot at the fp8 weight
+    rate, platform-facts.md), is scaled on its f32 output columns. The
+    products are exact, as in the reference's ``ScaledCodes``. An f32 model's
+    x has no float8 dot: its codes are widened to f32 (exactly) first."""
+    f = formats.get(fmt)
+    per = 32 // f.code_bits
+    rows, groups = words.shape[0] * per, scales.shape[0]
     g = rows // groups
+    chunk = max(g, 32 * per)             # whole groups, 32 word rows
+    unit = 64.0 if f.code_bits == 4 else 1.0
     acc = None
-    for i in range(groups):
-        codes = pltpu.bitcast(words[pl.ds(i * g // 4, g // 4), :], jnp.float8_e4m3fn)
+    for r in range(0, rows, chunk):
+        n = min(chunk, rows - r)
+        codes = _float8(words[pl.ds(r // per, n // per), :], f.code_bits)
         if jnp.dtype(dtype) == jnp.float32:
             codes = codes.astype(jnp.float32)
-        part = jax.lax.dot_general(x[:, i * g:(i + 1) * g].astype(dtype), codes,
-                                   (((1,), (0,)), ((), ())),
-                                   preferred_element_type=jnp.float32) * scales[i:i + 1, :]
-        acc = part if acc is None else acc + part
+        for c in range(0, n, g):
+            i = (r + c) // g
+            part = jax.lax.dot_general(x[:, r + c:r + c + g].astype(dtype), codes[c:c + g],
+                                       (((1,), (0,)), ((), ())),
+                                       preferred_element_type=jnp.float32)
+            part = part * (scales[i:i + 1, :] * unit if unit != 1.0 else scales[i:i + 1, :])
+            acc = part if acc is None else acc + part
     return acc
+
+
+def _float8(words, bits):
+    """32-bit words of codes -> float8 e4m3 [rows, cols]: e4m3 codes by bitcast;
+    e2m1 nibbles sign-extended to int8, then (c << 2) & 0x9C moves sign,
+    exponent and mantissa to their e4m3 places (value x 2^-6, exact)."""
+    if bits == 8:
+        return pltpu.bitcast(words, jnp.float8_e4m3fn)
+    c8 = pltpu.bitcast(words, jnp.int4).astype(jnp.int8)
+    e4m3 = jnp.bitwise_and(jnp.left_shift(c8, 2), jnp.int8(-100))       # 0x9C
+    return pltpu.bitcast(e4m3, jnp.float8_e4m3fn)
