@@ -157,8 +157,9 @@ def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
         return ()
     rows, rows_p = request.rows, round_up(request.rows, 8)
     # The activation dtype on the wire: a bf16 model's partials are rounded to
-    # bf16 once (half the bytes of f32), which is within the bf16 tolerance
-    # (measured: backends/pallas_tpu/run.py, TOL); f32 models keep f32.
+    # bf16 once (half the bytes of f32); measured on 40 drawn bf16 models on 2
+    # and 4 cores, that keeps the logits within half the bf16 tolerance
+    # (backends/pallas_tpu/run.py, above TOL). f32 models keep f32.
     wire = request.overrides.wire or dtype
     specs = [_allreduce(rows, hidden, wire, target, request.overrides.allreduce)]
     if request.overrides.logits == "argmax":
