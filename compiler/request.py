@@ -46,7 +46,8 @@ class Overrides:
     allreduce: str | None = None
     embed: str = "vocab"
     mla_form: str | None = None
-    # Left out of the plan's JSON (and digest) at its default.
+    # Left out of the plan's JSON at its default, so plans that do not set it
+    # keep their digest.
     wire: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     def __post_init__(self):

@@ -12,9 +12,9 @@ algorithm is chosen on is those bytes. Partials are rounded to the wire dtype
 once; sums run in f32 in rank order 0..N-1 on every core (one-shot: each core
 sums all N slots; reduce-scatter: core c sums chunk c, then broadcasts it in
 the wire dtype), so all cores hold bit-identical results. Slots are
-double-buffered by the parity
-of the collective's sequence number, so the layer loop needs no barrier: a
-peer cannot start collective n+2 before this core has finished n.
+double-buffered by the parity of the collective's sequence number, so the
+layer loop needs no barrier: a peer cannot start collective n+2 before this
+core has finished n.
 """
 
 from __future__ import annotations
