@@ -123,7 +123,8 @@ def _with_choices(best: Plan, candidates: list[Plan], model: Model,
     choices.append(("geometry", f"{g.num_banks} x {g.bank_bytes // 1024} KiB banks, {slots}"
                     f"kv_tile {g.kv_tile} (lowest modeled step time within the VMEM budget)"))
     for spec in best.collectives.specs:
-        choices.append((spec.name, f"{spec.algorithm} ({spec.seconds * 1e6:.1f} us modeled)"))
+        wire = f", {spec.wire} wire" if spec.kind == "all_reduce" else ""
+        choices.append((spec.name, f"{spec.algorithm}{wire} ({spec.seconds * 1e6:.1f} us modeled)"))
     choices += [c for notes in CHOICE_NOTES for c in notes(best, model)]
     return dataclasses.replace(best, choices=tuple(choices))
 

@@ -131,10 +131,11 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         spec = plan.collectives.spec(site.spec)
         where = f"stack {site.stack}" if site.stack is not None else "once"
         rows.append((site.name, where, f"{site.producer} -> {site.consumer}", spec.algorithm,
-                     _size(spec.payload_bytes), f"{spec.seconds * 1e6:.1f}",
+                     _size(spec.payload_bytes), spec.wire, f"{spec.seconds * 1e6:.1f}",
                      site.parity(), site.overlap_count))
     out.append(("Collectives", _table(["site", "runs", "between", "algorithm", "payload",
-                                       "modeled us", "parity", "tiles in flight"], rows, md)
+                                       "wire", "modeled us", "parity", "tiles in flight"],
+                                      rows, md)
                 if rows else ["none (one TensorCore)"]))
     top = sorted(c.phases, key=lambda p: -p.time_s * p.per_step)[:10]
     out.append(("Costliest phases (modeled)", _table(

@@ -8,8 +8,9 @@ cost model reads only that valid prefix of the KV cache).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
+from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import Model
 
@@ -31,6 +32,8 @@ class Overrides:
     embed: "vocab" (vocab-sharded table + all-reduce) or "replicated".
     mla_form: "absorbed" or "expanded" for every multi-head latent attention
         (backends/pallas_tpu/mla.py); None: the cheaper by the cost model.
+    wire: "bfloat16" or "float32", the dtype the all-reduces' partials travel
+        in; None: the model's activation dtype.
     """
 
     bank_bytes: int | None = None
@@ -43,6 +46,9 @@ class Overrides:
     allreduce: str | None = None
     embed: str = "vocab"
     mla_form: str | None = None
+    # Left out of the plan's JSON at its default, so plans that do not set it
+    # keep their digest.
+    wire: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     def __post_init__(self):
         for name in ("bank_bytes", "num_banks", "expert_slots", "slot_chunks", "kv_tile"):
@@ -59,6 +65,8 @@ class Overrides:
             _choice(self.allreduce, ("one_shot", "rs_ag"), "allreduce")
         if self.mla_form is not None:
             _choice(self.mla_form, ("absorbed", "expanded"), "mla_form")
+        if self.wire is not None:
+            _choice(self.wire, ("bfloat16", "float32"), "wire")
         if self.moe_parallel is not None and not isinstance(self.moe_parallel, int):
             _choice(self.moe_parallel, ("tp", "ep"), "moe_parallel")
 

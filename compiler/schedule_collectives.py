@@ -5,13 +5,16 @@ algorithm by modeled time and lists the buffers and semaphores it needs.
 After ``schedule_collectives``: every all-reduce site sits at a program point
 strictly between its producer and its consumer; every site names its slots,
 semaphores and parity; the weight-ring tiles in flight while it runs are
-recorded. Only the valid rows (batch x tokens) travel, in the wire dtype
-(``WIRE_DTYPE``, f32); the payload the algorithm is
-chosen on is those bytes. Sums run in f32 in rank order 0..N-1 on every core
-(one-shot: each core sums all N slots; reduce-scatter: core c sums chunk c,
-then broadcasts it in the wire dtype), so all cores hold bit-identical results. Slots are double-buffered by the parity
-of the collective's sequence number, so the layer loop needs no barrier: a
-peer cannot start collective n+2 before this core has finished n.
+recorded. Only the valid rows (batch x tokens) travel, in the plan's wire
+dtype (``CollectiveSpec.wire``: the model's activation dtype unless the
+``wire`` override says otherwise, so bf16 for bf16 models); the payload the
+algorithm is chosen on is those bytes. Partials are rounded to the wire dtype
+once; sums run in f32 in rank order 0..N-1 on every core (one-shot: each core
+sums all N slots; reduce-scatter: core c sums chunk c, then broadcasts it in
+the wire dtype), so all cores hold bit-identical results. Slots are
+double-buffered by the parity of the collective's sequence number, so the
+layer loop needs no barrier: a peer cannot start collective n+2 before this
+core has finished n.
 """
 
 from __future__ import annotations
@@ -25,9 +28,6 @@ from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
 
 
-WIRE_DTYPE = "float32"
-
-
 @dataclass(frozen=True)
 class CollectiveSpec:
     """One collective algorithm and its buffers (shared by all its sites)."""
@@ -37,6 +37,7 @@ class CollectiveSpec:
     algorithm: str       # one_shot | rs_ag | exchange
     payload: tuple[int, ...]
     payload_bytes: int
+    wire: str            # dtype on the wire: slots, payload_bytes and bytes_per_peer use it
     phases: int
     bytes_per_peer: int  # per phase
     seconds: float       # modeled
@@ -79,6 +80,11 @@ class CollectivePlan:
 
     def spec(self, name: str) -> CollectiveSpec:
         return next(s for s in self.specs if s.name == name)
+
+    @property
+    def wire(self) -> str | None:
+        """The all-reduces' wire dtype (None on one core: nothing travels)."""
+        return next((s.wire for s in self.specs if s.kind == "all_reduce"), None)
 
     def per_layer(self, stack: int) -> tuple[Collective, ...]:
         return tuple(s for s in self.sites if s.stack == stack)
@@ -132,7 +138,7 @@ def _allreduce(rows: int, hidden: int, wire: str, target: Target,
                       for ph, note in (("rs", "[parity, sender] chunk c partials"),
                                        ("ag", "[parity, owner] reduced chunks")))
         bufs += _sems("allreduce", (2, 2, n), "[parity, phase, peer]")
-    return CollectiveSpec("allreduce", "all_reduce", algo, payload, nbytes, phases, per_peer,
+    return CollectiveSpec("allreduce", "all_reduce", algo, payload, nbytes, wire, phases, per_peer,
                           phases * phase_seconds(per_peer, target), bufs)
 
 
@@ -144,16 +150,18 @@ def _slots(name: str, shape: tuple[int, ...], dtype: str, note: str) -> Buffer:
 def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
                      hidden: int, dtype: str) -> tuple[CollectiveSpec, ...]:
     """Algorithms and buffers of every collective the step needs (none on 1
-    core), sized on the valid rows; ``dtype`` is the model's activation dtype."""
+    core), sized on the valid rows; ``dtype`` is the model's activation dtype,
+    the all-reduces' wire dtype unless ``request.overrides.wire`` names one."""
     n = target.cores
     if n == 1:
         return ()
     rows, rows_p = request.rows, round_up(request.rows, 8)
-    # The wire is f32 for now: with partials rounded to bf16 on the wire, a bf16
-    # post-norm graph on 2 cores decoded 0.0128 from the reference against its
-    # measured tolerance of 0.0122 (tests/e2e/test_generic_ops.py). The bf16
-    # wire (half the bytes) waits for a re-measured tolerance.
-    specs = [_allreduce(rows, hidden, WIRE_DTYPE, target, request.overrides.allreduce)]
+    # The activation dtype on the wire: a bf16 model's partials are rounded to
+    # bf16 once (half the bytes of f32); measured on 40 drawn bf16 models on 2
+    # and 4 cores, that keeps the logits within half the bf16 tolerance
+    # (backends/pallas_tpu/run.py, above TOL). f32 models keep f32.
+    wire = request.overrides.wire or dtype
+    specs = [_allreduce(rows, hidden, wire, target, request.overrides.allreduce)]
     if request.overrides.logits == "argmax":
         shape = (n, rows, LANES)
         bufs = (_slots("argmax.values", shape, "float32", "[sender] per-row local max"),
@@ -161,7 +169,9 @@ def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
         per_peer = 2 * rows * LANES * 4
         sems = Buffer("argmax.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (2, 2, n),
                       "dma_semaphore", 0, note="[send|recv, values|indices, peer]")
-        specs.append(CollectiveSpec("argmax", "argmax", "exchange", (rows, 2), rows * 8, 1,
+        # f32 values and int32 indices: 4 bytes each, whatever the model's dtype
+        specs.append(CollectiveSpec("argmax", "argmax", "exchange", (rows, 2), rows * 8,
+                                    "float32", 1,
                                     per_peer, phase_seconds(per_peer, target), bufs + (sems,)))
     else:
         shape = (n, rows_p, shard.vocab_local)
@@ -169,7 +179,8 @@ def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
         bufs = (Buffer("logits.gathered", Space.HBM, Kind.COLLECTIVE, shape, "float32",
                        padded_bytes(shape, "float32"), note="[owner] vocab-sharded logits"),)
         specs.append(CollectiveSpec("gather", "all_gather", "exchange", (rows_p, shard.vocab_local),
-                                    per_peer, 1, per_peer, phase_seconds(per_peer, target),
+                                    per_peer, "float32", 1, per_peer,
+                                    phase_seconds(per_peer, target),
                                     bufs + _sems("gather", (n,), "[peer]")))
     return tuple(specs)
 

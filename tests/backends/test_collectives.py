@@ -64,7 +64,7 @@ def _run(n, rows, hidden, algorithm, wire, x, m, idx):
 
 
 @pytest.mark.parametrize("n,rows,algorithm,wire", [
-    (2, 1, "one_shot", "bfloat16"), (4, 3, "one_shot", "float32"),
+    (2, 1, "one_shot", "bfloat16"), (4, 3, "one_shot", "float32"), (4, 2, "one_shot", "bfloat16"),
     (2, 8, "rs_ag", "bfloat16"), (4, 1, "rs_ag", "bfloat16")])
 def test_cores_agree_bit_for_bit(n, rows, algorithm, wire):
     hidden = 128 * n

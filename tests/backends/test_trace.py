@@ -38,6 +38,33 @@ def test_dense_step_reads_every_weight_byte_once(devices, tmp_path):
                 devices)
 
 
+@pytest.mark.parametrize("dtype,wire_bytes", [("bfloat16", 2), ("float32", 4)])
+def test_remote_copies_carry_the_valid_rows_in_the_wire_dtype(dtype, wire_bytes, tmp_path):
+    """Issue 17: at batch 1 a one-shot all-reduce sends one row x hidden in the
+    model's activation dtype (2 bytes for bf16, 4 for f32) to each peer, not
+    the 8 padded rows and not f32 for a bf16 model; the trace's remote copies
+    are exactly those bytes, and exactly the plan's."""
+    import dataclasses
+
+    model = build(dataclasses.replace(zoo.card("tiny-dense"), dtype=dtype))
+    devices, h = 2, model.hidden_size
+    plan = plan_model(model, devices=devices, batch=1, tokens=1)
+    spec = plan.collectives.spec("allreduce")
+    assert (plan.collectives.wire, spec.algorithm) == (dtype, "one_shot")
+    assert spec.bytes_per_peer == spec.payload_bytes == 1 * h * wire_bytes
+    slots = plan.memory.buffer("allreduce.slots")
+    assert slots.dtype == dtype and slots.shape == (2, devices, 1, h)
+    reductions = sum(site.per_step for site in plan.collectives.sites if site.spec == "allreduce")
+    assert reductions == 1 + 2 * len(model.layers)     # embedding, then o_proj and MLP per layer
+    argmax = 2 * 1 * 128 * 4                            # f32 max + int32 index, one row of lanes
+    result = trace.trace_step(model, plan, init_weights(model), out_dir=tmp_path)
+    for core in range(devices):
+        sent = sorted(e.nbytes for e in result.events if e.kind == "collective"
+                      and e.src_dev == core)
+        assert sent == sorted([h * wire_bytes] * reductions + [argmax // 2] * 2)
+        assert sum(sent) == plan.collectives.remote_bytes(devices)
+
+
 def _routed_experts(model, weights, tokens, t):
     """{layer: set of expert ids} the reference's router picks in trace_step's
     logged step (the same tokens at positions t.., after a step at 0..)."""

@@ -66,6 +66,7 @@ def test_hbm_overflow_names_the_bytes():
     (dict(devices=2, context=10_000), PlanningError, "context=10000"),
     (dict(devices=33), PlanningError, "1..32"),
     (dict(devices=2, overrides={"logits": "topk"}), PlanningError, "logits='topk'"),
+    (dict(devices=2, overrides={"wire": "float16"}), PlanningError, "wire='float16'"),
 ])
 def test_bad_requests(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -75,11 +76,13 @@ def test_bad_requests(kwargs, error, match):
 def test_overrides_are_held():
     plan = plan_model(build(SMALL_MOE), devices=4, batch=2, overrides=dict(
         bank_bytes=256 * 1024, num_banks=5, expert_slots=3, kv_tile=64, moe_parallel="ep",
-        allreduce="one_shot", logits="gather", embed="replicated"))
+        allreduce="one_shot", logits="gather", embed="replicated", wire="float32"))
     g = plan.memory.geometry
     assert (g.bank_bytes, g.num_banks, g.expert_slots, g.kv_tile) == (256 * 1024, 5, 3, 64)
     assert plan.shard.ep == 4
     assert plan.collectives.spec("allreduce").algorithm == "one_shot"
+    assert plan.collectives.wire == "float32"
+    assert plan.memory.buffer("allreduce.slots").dtype == "float32"
     assert plan.collectives.specs[-1].kind == "all_gather"
     assert plan.memory.buffer("logits.gathered").space.value == "hbm"
     assert not any(s.name == "embed.allreduce" for s in plan.collectives.sites)
