@@ -99,6 +99,41 @@ def padded_bytes(shape: tuple[int, ...], dtype: "DType | str") -> int:
     return math.prod(padded_shape(shape, dtype)) * itemsize(dtype)
 
 
+def scratch_rows(rows: int, dtype: "DType | str") -> int:
+    """Rows the second-to-last dim of a VMEM *scratch* array takes once Mosaic
+    tiles it. Mosaic picks a scratch array's tile by its height
+    (infer_memref_layout, getTilingFactor): 8 sublanes once it has that many
+    rows, else the smallest power of two times the packing (32 / bits) that
+    holds them; so a bf16 array of 3 rows takes 4, one of 8 or 24 rows 8 or
+    24, not the 16-row native tile. Measured (AOT, tpu7x, libtpu 0.0.51,
+    scratch arrays filled and drained by DMA): [2, 1, 3, 768] bf16 12 KiB,
+    [2, 1, 8, 768] bf16 24 KiB, [2, 24, 768] bf16 72 KiB, [2, 3, 768] f32
+    24 KiB, [2, 5, 768] int8 12 KiB, [2, 1, 768] bf16 6 KiB."""
+    bits = dtypes.of(dtype_name(dtype)).bits
+    if bits not in (8, 16, 32):     # not measured (int4 is laid out a byte an element)
+        return round_up(rows, sublanes(dtype))
+    packing = 32 // bits
+    full = 8
+    if rows >= full:
+        return round_up(rows, full)
+    tile = packing
+    while tile < rows:
+        tile *= 2
+    return tile
+
+
+@functools.lru_cache(maxsize=65536)
+def scratch_bytes(shape: tuple[int, ...], dtype: "DType | str") -> int:
+    """Bytes a VMEM scratch array of ``shape`` occupies as Mosaic tiles it
+    (``scratch_rows``; lanes padded to 128). The kernel's operands, laid out by
+    XLA, keep ``padded_bytes``."""
+    if len(shape) < 2:
+        return padded_bytes(shape, dtype)
+    *lead, rows, cols = shape
+    return (math.prod(lead) * scratch_rows(rows, dtype) * round_up(cols, LANES)
+            * itemsize(dtype))
+
+
 def smem_bytes(shape: tuple[int, ...], dtype: "DType | str" = "int32") -> int:
     """SMEM holds 32-bit words; we round each array up to 128 words so the
     count is conservative whatever padding Mosaic applies."""
