@@ -112,8 +112,7 @@ def scratch_rows(rows: int, dtype: "DType | str") -> int:
     bits = dtypes.of(dtype_name(dtype)).bits
     if bits not in (8, 16, 32):     # not measured (int4 is laid out a byte an element)
         return round_up(rows, sublanes(dtype))
-    packing = 32 // bits
-    full = 8
+    packing, full = 32 // bits, 8          # full: the sublanes of one vreg
     if rows >= full:
         return round_up(rows, full)
     tile = packing
