@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, Need, OpGeometry, Space
-from megakernel.compiler.layout import padded_bytes, smem_bytes
+from megakernel.compiler.layout import padded_bytes, scratch_bytes, smem_bytes
 from megakernel.backends.pallas_tpu import attention, moe
 from megakernel.registry import Registry
 
@@ -56,7 +56,9 @@ def sized(name: str, space: Space, kind: Kind, shape, dtype: str, first: int, la
         nbytes = smem_bytes(shape, dtype)
     elif space is Space.SEMAPHORE:
         nbytes = 0
-    else:                                   # VMEM and HBM: tile-padded
+    elif space is Space.VMEM and role == "scratch":   # tiled as Mosaic tiles scratch
+        nbytes = scratch_bytes(shape, dtype)
+    else:                                   # operands (laid out by XLA) and HBM: tile-padded
         nbytes = padded_bytes(shape, dtype)
     return Buffer(name, space, kind, shape, dtype, nbytes, first, last, note, role)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Buffer, Kind, Space
-from megakernel.compiler.layout import LANES, itemsize, padded_bytes, round_up
+from megakernel.compiler.layout import LANES, itemsize, padded_bytes, round_up, scratch_bytes
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
@@ -143,7 +143,8 @@ def _allreduce(rows: int, hidden: int, wire: str, target: Target,
 
 
 def _slots(name: str, shape: tuple[int, ...], dtype: str, note: str) -> Buffer:
-    return Buffer(name, Space.VMEM, Kind.COLLECTIVE, shape, dtype, padded_bytes(shape, dtype),
+    # kernel scratch: tiled as Mosaic tiles scratch (layout.scratch_rows)
+    return Buffer(name, Space.VMEM, Kind.COLLECTIVE, shape, dtype, scratch_bytes(shape, dtype),
                   note=note)
 
 

@@ -5,10 +5,13 @@ fori_loop over it).
 
 Measured (shared 2-core CPU, noisy): 64 layers 63-72 s, cut to two periods (8
 layers, the same body looped twice) 52-67 s (ratio 0.94-1.27 over three runs);
-VMEM 44.92 MiB by the compiler against 46.03 MiB planned (1.1 MiB high;
-it was 2.7 MiB high while the planner padded one-row arrays, the GDN layers'
-norm and gate vectors among them, to 16 rows; qwen3-next-80b-a3b/8 is 0.72 MiB
-high). Cut to one period (4 layers) it is not
+VMEM 50.24 MiB by the compiler against 50.57 MiB planned (the plan 0.33 MiB
+high, libtpu 0.0.51; qwen3-next-80b-a3b/8: 50.82 against 51.19). The plan was
+1.07 MiB high while it sized the Gated DeltaNet layers' 3-row conv history
+and 4-row conv taps as 16-row bf16 tiles (Mosaic gives a short scratch array
+a short tile, layout.scratch_bytes: 0.35 MiB here) and its values model
+charged 23 KiB per folded ring piece (40 here); 2.7 MiB high while it padded
+one-row arrays to 16 rows. Cut to one period (4 layers) it is not
 the same kernel: 4 layers without a repetition are covered as a loop of the 3
 GDN layers plus one attention layer, half the code of the 4-layer body, and
 compile in 24.5 s (2.7x less); compiling the body's 3 GDN layers as an inner
@@ -46,8 +49,9 @@ def test_qwen3_5_27b_compiles_on_8_cores_and_its_depth_is_a_loop(tmp_path):
     # out around the call (36.7 MiB per core, measured; the KV caches are not
     # copied): the cost model charges exactly those copies.
     assert plan.cost.copy_bytes == full.copy_bytes, full.summary()
-    # the plan's VMEM (declared buffers + the values Mosaic keeps) bounds the compiler's
-    assert full.vmem_used_bytes <= plan.memory.vmem_total, full.summary()
+    # the plan's VMEM (declared buffers + the values Mosaic keeps) is the compiler's,
+    # within 1 MiB either way
+    assert abs(full.vmem_used_bytes - plan.memory.vmem_total) <= MIB, full.summary()
     cut = model.truncated(8)
     assert [(s.count, s.period) for s in cut.stacks] == [(2, 4)]
     _, two = _aot(cut, tmp_path)

@@ -9,10 +9,10 @@ Measured (libtpu 0.0.51): tiny-moe on 4 cores, batch 2, N=16: 4,100 bytes
 per core per call (the end id and next_token; was 1.51 MiB while the caches
 were aliased: XLA copied them in and out). qwen3-32b on 8 cores at N=16
 (slow, 119 s to compile on the shared machine): 4,112 bytes per core per call
-(was 257.3 MiB), VMEM 52.67 MiB compiled vs 52.47 MiB planned. The tiny hybrid
+(was 257.3 MiB), VMEM 49.70 MiB compiled vs 49.67 MiB planned. The tiny hybrid
 of tests/backends/test_gdn_op.py (bf16, 2 cores, batch 2, N=4: Gated
 DeltaNet's stop rule, a store under a scalar condition per sequence) compiles
-in 6.6 s, VMEM 2.17 MiB compiled vs 2.74 MiB planned; its Gated DeltaNet
+in 6.6 s, VMEM 2.18 MiB compiled vs 2.60 MiB planned; its Gated DeltaNet
 states are whole-access, aliased, and copied in and out: 219,140 bytes per
 core per call with next_token and the end id, the cost model's figure
 (compiler/xla_copies.py, which --steps-per-call auto charges,
@@ -92,7 +92,7 @@ def test_qwen3_32b_sixteen_steps_per_call(aot_zoo):
 @pytest.mark.aot
 def test_mla_steps_compile(tmp_path):
     """MLA's stop rule (its latent rows put in the window under a per-sequence
-    condition) in a 4-step kernel for 2 cores: 3.15 MiB VMEM compiled vs 3.57
+    condition) in a 4-step kernel for 2 cores: 3.16 MiB VMEM compiled vs 3.58
     MiB planned; the latent cache is read only, so it is not copied around
     the call (4,100 bytes per core per call: next_token and the end id)."""
     from tests.e2e.test_decode import mla

@@ -85,13 +85,14 @@ def test_lm_head_loops_over_its_even_tiles(name, devices, loop, tmp_path):
 
 def declared_vmem(module) -> int:
     """VMEM the generated module declares, read from the module itself: its
-    scratch list, its VMEM operands and its (VMEM) next-token output."""
+    scratch list (as Mosaic tiles scratch), its VMEM operands and its (VMEM)
+    next-token output."""
     import jax.numpy as jnp
     from jax.experimental.pallas import tpu as pltpu
 
-    from megakernel.compiler.layout import padded_bytes
+    from megakernel.compiler.layout import padded_bytes, scratch_bytes
 
-    total = sum(padded_bytes(tuple(s.shape), jnp.dtype(s.dtype).name)
+    total = sum(scratch_bytes(tuple(s.shape), jnp.dtype(s.dtype).name)
                 for s in module.scratch_shapes() if s.memory_space == pltpu.VMEM)
     total += sum(padded_bytes(tuple(shape), dtype)
                  for _, shape, dtype, space in module.INPUTS if space == "vmem")
