@@ -341,11 +341,9 @@ def row_blocks(fmt_name: str, rows: int) -> tuple[tuple[int, int], ...]:
         return ((q, rows),)
     eight = math.lcm(q, 8 * fmt.group_rows)
     out = [(eight, rows)] if rows % eight == 0 else [(rows, rows)]
-    for n in (4, 2, 1):
-        size = n * fmt.group_rows
-        if size < rows and size % q == 0 and rows % size == 0:
-            out.append((size, size))
-    return tuple(out)
+    return tuple(out + [(size, size) for size in (4 * fmt.group_rows, 2 * fmt.group_rows,
+                                                  fmt.group_rows)
+                        if size < rows and slice_ok(fmt_name, rows, size)])
 
 
 def slice_ok(fmt_name: str, rows: int, block: int) -> bool:

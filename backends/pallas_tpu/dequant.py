@@ -72,7 +72,8 @@ def _scaled_fp8(x, words, scales, fmt, dtype):
             part = jax.lax.dot_general(x[:, r + c:r + c + g].astype(dtype), codes[c:c + g],
                                        (((1,), (0,)), ((), ())),
                                        preferred_element_type=jnp.float32)
-            part = part * (scales[i:i + 1, :] * unit if unit != 1.0 else scales[i:i + 1, :])
+            scale = scales[i:i + 1, :]
+            part = part * (scale * unit if unit != 1.0 else scale)
             acc = part if acc is None else acc + part
     return acc
 
