@@ -64,7 +64,9 @@ def compile_into(out_dir: str, args, model=None):
 def check_line(result) -> str:
     """One readable line for a CheckResult."""
     verdict = "PASS" if result.ok else "FAIL"
-    return (f"{verdict}: {result.steps} step(s), tokens agree {result.token_agreement:.0%}, "
+    ties = getattr(result, "near_ties", 0)
+    tied = f" (the rest {ties} near-tie(s) within the logit error)" if ties else ""
+    return (f"{verdict}: {result.steps} step(s), tokens agree {result.token_agreement:.0%}{tied}, "
             f"max |logits - reference| {result.max_abs_err:.2e} (tolerance "
             f"{result.tolerance:.2e}), max cache error {result.cache_max_err:.2e}, "
             f"races {'FOUND' if result.races else 'none'}, {result.seconds:.1f} s")

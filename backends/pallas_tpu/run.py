@@ -69,12 +69,44 @@ class CheckResult:
     errors: list[float] = field(default_factory=list)
     cache_tolerance: float = 0.0
     tokens: "np.ndarray | None" = None     # a multi-step call's tokens [B, N]
+    mismatches: int = 0           # greedy tokens unequal to the reference's
+    near_ties: int = 0            # of those, the ones a near-tie explains (near_ties())
+
+    @property
+    def tokens_agree(self) -> bool:
+        """Every greedy token is the reference's, or a near-tie the logits
+        check already bounds (see ``near_ties``; a result that did not count
+        them, e.g. a multi-step call's, needs every token equal)."""
+        return self.token_agreement == 1.0 or 0 < self.mismatches == self.near_ties
 
     @property
     def ok(self) -> bool:
-        return (self.token_agreement == 1.0 and not self.races
+        return (self.tokens_agree and not self.races
                 and self.max_abs_err <= self.tolerance
                 and self.cache_max_err <= self.cache_tolerance)
+
+
+def near_ties(got_tokens, got_logits, ref_logits) -> tuple[int, int]:
+    """(mismatches, near ties) of greedy tokens [..] against the reference.
+
+    A kernel token unequal to the reference's argmax r is a near tie when it
+    is the argmax of the kernel's own logits and the reference ranks it within
+    2e of r, e = max |kernel - reference| over that position's logits: with
+    every logit within e of the reference, r and the kernel's token can
+    swap places exactly when ref[r] - ref[token] <= 2e. The logits check
+    bounds e; the token check then tests the kernel's argmax (in-kernel and
+    across cores) rather than the rounding of two logits a hair apart. Seen
+    in a property draw (CI, 2026-12-04): one of 12 tokens off, logits within
+    0.024 of the reference against a tolerance of 0.086."""
+    got_tokens = np.asarray(got_tokens).reshape(-1)
+    got = np.asarray(got_logits, np.float32).reshape(got_tokens.size, -1)
+    ref = np.asarray(ref_logits, np.float32).reshape(got_tokens.size, -1)
+    rows = np.arange(got_tokens.size)
+    off = got_tokens != ref.argmax(-1)
+    err = np.max(np.abs(got - ref), axis=-1)
+    own = got[rows, got_tokens] >= got.max(-1)
+    close = ref.max(-1) - ref[rows, got_tokens] <= 2 * err
+    return int(off.sum()), int((off & own & close).sum())
 
 
 def interpret_params(**kw):
@@ -189,6 +221,7 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
     tokens = np.asarray(rng.integers(0, model.vocab_size, (b, t)), np.int32)
     start = prompt + np.arange(b, dtype=np.int32)
     errs, agree, cache_err, scale, cache_scale = [], [], 0.0, 0.0, 0.0
+    mismatches = ties = 0
     for _ in range(steps):
         ref_logits, caches = reference.decode_step_jit(model, w, jnp.asarray(tokens),
                                                        jnp.asarray(start), caches)
@@ -199,6 +232,8 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
                                time.perf_counter() - t0, True, 0.0)
         ref_tok = ref_logits.argmax(-1)
         agree.append(float(np.mean(nxt == ref_tok)))
+        off, tied = near_ties(nxt, got, ref_logits)
+        mismatches, ties = mismatches + off, ties + tied
         scale = max(scale, float(np.max(np.abs(ref_logits))))
         errs.append(float(np.max(np.abs(got - ref_logits))))
         kc = runner.caches()
@@ -210,4 +245,5 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
     dt = model.dtype.value
     return CheckResult(max(errs), float(np.mean(agree)), cache_err, steps,
                        time.perf_counter() - t0, False, TOL[dt] * (1.0 + scale), errs,
-                       CACHE_TOL[dt] * (1.0 + cache_scale))
+                       CACHE_TOL[dt] * (1.0 + cache_scale), mismatches=mismatches,
+                       near_ties=ties)

@@ -16,7 +16,9 @@ def assert_plan_matches_reference(model, plan) -> None:
     finally:
         pltpu.reset_tpu_interpret_mode_state()
     assert not result.races, "the race detector reported a race"
-    assert result.token_agreement == 1.0, result
+    # A drawn model may put two logits a rounding apart: such a near-tie is
+    # bounded by the logits check, every other token must agree.
+    assert result.tokens_agree, result
     assert result.max_abs_err <= result.tolerance, result
     assert result.cache_max_err <= result.cache_tolerance, result
     assert result.ok, result

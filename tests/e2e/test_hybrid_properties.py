@@ -46,7 +46,7 @@ def test_drawn_hybrids_match_reference(devices):
         finally:
             pltpu.reset_tpu_interpret_mode_state()
         assert not result.races, "the race detector reported a race"
-        assert result.token_agreement == 1.0, result
+        assert result.tokens_agree, result      # near-ties: tests/e2e/drawn.py
         assert result.max_abs_err <= result.tolerance, result
         assert result.cache_max_err <= CACHE_TOL[model.dtype.value], result
 
