@@ -27,3 +27,17 @@ def _fresh_interpreter():
     from jax.experimental.pallas import tpu as pltpu
 
     pltpu.reset_tpu_interpret_mode_state()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest first: the full-size AOT compiles (``aot`` and ``slow``, 1-5
+    minutes each), then the other AOT and slow tests, then the rest, each in
+    collection order. pytest-xdist hands tests out in this order as workers
+    free up, so the two workers end together instead of one finishing a
+    full-size compile alone at the end. Every worker collects the same
+    order (xdist checks), since the sort depends only on the marks."""
+    def weight(item):
+        marks = {m.name for m in item.iter_markers()}
+        return ("aot" not in marks) + ("slow" not in marks)
+
+    items.sort(key=weight)

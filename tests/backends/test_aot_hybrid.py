@@ -1,7 +1,10 @@
 """Full-size AOT compile of Qwen3.5-27B for 8 TensorCores of TPU7x (libtpu,
-shapes only): the compiler's own VMEM figure fits 64 MiB, and the compile
-time does not grow with the number of repetitions of the 4-layer body (one
-fori_loop over it).
+shapes only): the compiler's own VMEM figure fits 64 MiB, near the plan. The
+compile time does not grow with the number of repetitions of the 4-layer body
+(one fori_loop over it): the 64-layer kernel's source is the 8-layer cut's
+but for numbers (tests/backends/test_emit.py), and the compile times were
+measured once rather than in every run (a second full-size compile here cost
+1-2 minutes of the suite).
 
 Measured (shared 2-core CPU, noisy): 64 layers 63-72 s, cut to two periods (8
 layers, the same body looped twice) 52-67 s (ratio 0.94-1.27 over three runs);
@@ -41,7 +44,7 @@ def _aot(model, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.aot
-def test_qwen3_5_27b_compiles_on_8_cores_and_its_depth_is_a_loop(tmp_path):
+def test_qwen3_5_27b_compiles_on_8_cores_near_its_plan(tmp_path):
     model = zoo.model("qwen3.5-27b")
     assert [(s.count, s.period) for s in model.stacks] == [(16, 4)]
     plan, full = _aot(model, tmp_path)
@@ -52,7 +55,3 @@ def test_qwen3_5_27b_compiles_on_8_cores_and_its_depth_is_a_loop(tmp_path):
     # the plan's VMEM (declared buffers + the values Mosaic keeps) is the compiler's,
     # within 1 MiB either way
     assert abs(full.vmem_used_bytes - plan.memory.vmem_total) <= MIB, full.summary()
-    cut = model.truncated(8)
-    assert [(s.count, s.period) for s in cut.stacks] == [(2, 4)]
-    _, two = _aot(cut, tmp_path)
-    assert full.compile_seconds <= 1.3 * two.compile_seconds, (full.summary(), two.summary())
