@@ -153,15 +153,20 @@ def check_examples(model, **kw) -> str:
     return run_examples(model, **kw)
 
 
-def check_hf_fixture(folder, *, devices: int = 1,
-                     overrides=None) -> list[tuple[str, float]]:
+def check_hf_fixture(folder, *, devices: int = 1, overrides=None,
+                     prefill: str = "kernel") -> list[tuple[str, float]]:
     """Decode a Hugging Face fixture (``tests/fixtures/hf/*``) through generated
     kernels: a T0-token prefill, then two 1-token steps, each compared with the
     logits transformers wrote. Returns (step, max |err| / logit scale) pairs,
     and, for fixtures that store Gated DeltaNet states, (step + " states",
     max |err|) of the conv histories and recurrent states after each step.
-    ``overrides``: the planner's (e.g. ``{"mla_form": "expanded"}``)."""
+    ``overrides``: the planner's (e.g. ``{"mla_form": "expanded"}``).
+    ``prefill="reference"`` runs the prefill through the plain-JAX reference
+    (compared with transformers all the same) and only the two decode steps
+    through a kernel: one kernel to build instead of two."""
     from pathlib import Path
+
+    import jax.numpy as jnp
 
     from megakernel.backends.pallas_tpu import run
     from megakernel.compiler.pipeline import plan_model
@@ -170,6 +175,8 @@ def check_hf_fixture(folder, *, devices: int = 1,
     from megakernel.models.checkpoint import load_checkpoint
     from megakernel.models.hf import from_hf
 
+    if prefill not in ("kernel", "reference"):
+        raise ValueError(f"prefill={prefill!r}: expected 'kernel' or 'reference'")
     folder = Path(folder)
     model = build(from_hf(folder, dtype="float32"))
     weights = load_checkpoint(folder, model)
@@ -181,6 +188,13 @@ def check_hf_fixture(folder, *, devices: int = 1,
     caches = {k: np.asarray(v) for k, v in reference.init_caches(model, b).items()}
     out, runners = [], {}
     for name, ids, start, expected in steps:
+        if name == "prefill" and prefill == "reference":
+            logits, caches = reference.decode_step_jit(
+                model, reference.as_jax(weights), jnp.asarray(ids, jnp.int32),
+                jnp.zeros((b,), jnp.int32), caches)
+            logits, caches = np.asarray(logits), {k: np.asarray(v) for k, v in caches.items()}
+            _compare(out, exp, name, logits, expected, caches)
+            continue
         plan = plan_model(model, devices=devices, batch=b, tokens=ids.shape[1],
                           overrides=overrides)
         # The decode steps share one kernel: one runner, traced and compiled once.
@@ -192,11 +206,16 @@ def check_hf_fixture(folder, *, devices: int = 1,
         runner.set_caches(caches)
         _, logits = runner.step(np.asarray(ids, np.int32), np.full((b,), start, np.int32))
         caches = runner.caches()
-        scale = float(np.max(np.abs(expected)))
-        out.append((name, float(np.max(np.abs(logits - expected))) / scale))
-        if f"recurrent_state_0_{name}" in exp:
-            out.append((f"{name} states", _gdn_state_error(caches, exp, name)))
+        _compare(out, exp, name, logits, expected, caches)
     return out
+
+
+def _compare(out, exp, name, logits, expected, caches) -> None:
+    """Append step ``name``'s logit error (and its GDN states' error) to ``out``."""
+    scale = float(np.max(np.abs(expected)))
+    out.append((name, float(np.max(np.abs(logits - expected))) / scale))
+    if f"recurrent_state_0_{name}" in exp:
+        out.append((f"{name} states", _gdn_state_error(caches, exp, name)))
 
 
 def _gdn_state_error(caches, exp, step: str) -> float:
