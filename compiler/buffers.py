@@ -137,3 +137,7 @@ class Operand:
     # An appended state's operand is read only: the plan output holding the
     # call's new rows (written into the cache after the call); None otherwise.
     new_rows: str | None = None
+    # A whole-access state's operand is read only too: the plan output holding
+    # the call's updates (committed into the state after the call by its op
+    # kind's rule, backends/pallas_tpu/commit.py); None otherwise.
+    updates: str | None = None
