@@ -105,9 +105,8 @@ def _buffers(cx, node) -> OpLayout:
 @UPDATES.register("gated_deltanet")
 def _updates(op, state: str, spec, layout, request, cores: int):
     """Per layer and sequence, ``gdn.window`` rows, row i*T + t for step i's
-    token t: the raw new conv rows of a history; for the recurrent state the
-    key (this core's key heads), the delta-rule update and the log-decay of
-    each of its value heads."""
+    token t: the raw new conv rows of a history; for the recurrent state, per
+    value head of this core, its key, delta-rule update and log-decay."""
     from megakernel.backends.pallas_tpu import gdn
 
     w = gdn.window(request.tokens, request.steps)
@@ -115,11 +114,10 @@ def _updates(op, state: str, spec, layout, request, cores: int):
     if state != "recurrent":
         return ((request.batch, w, layout[-1]), spec.dtype.value,
                 rows + f"its raw {state[-1]} row, shifted into {state} after the call")
-    hk, hv = max(op.num_key_heads // cores, 1), op.num_value_heads // cores
-    width = gdn.update_width(hk * op.key_dim, hv, op.value_dim)
-    return ((request.batch, w, width), "float32",
-            rows + "key | delta-rule update | log-decay per value head, committed as a "
-                   "low-rank update of the recurrent state after the call")
+    return ((request.batch, op.num_value_heads // cores, w,
+             gdn.update_width(op.key_dim, op.value_dim)), "float32",
+            rows + "per value head, its key | delta-rule update | log-decay, committed as "
+                   "a low-rank update of the recurrent state after the call")
 
 
 @COST.register("gated_deltanet")

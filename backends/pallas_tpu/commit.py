@@ -61,20 +61,19 @@ def shift_rows(hist, rows, ran, *, tokens: int):
     return jnp.stack(kept, axis=1)
 
 
-def low_rank(state, updates, ran, *, tokens: int, key_heads: int, key_dim: int,
-             value_heads: int, value_dim: int):
+def low_rank(state, updates, ran, *, tokens: int, key_dim: int, value_dim: int):
     """state [L, B, HV, dk, dv] f32 after each sequence's first ran[b] * tokens
-    rows of ``updates`` [L, B, W, HK*dk + HV*dv + HV] (key | delta-rule update
-    | log-decay per value head; value head h reads key head h // (HV / HK))."""
-    n, b, w, _ = updates.shape
-    kw, vw = key_heads * key_dim, value_heads * value_dim
-    valid = (jnp.arange(w)[None, :] < (ran * tokens)[:, None])[None, :, :, None]
-    keys = jnp.where(valid, updates[..., :kw], 0.0).reshape(n, b, w, key_heads, key_dim)
-    keys = jnp.repeat(keys, value_heads // key_heads, axis=3)
-    us = jnp.where(valid, updates[..., kw:kw + vw], 0.0).reshape(n, b, w, value_heads, value_dim)
-    gs = jnp.where(valid, updates[..., kw + vw:kw + vw + value_heads], 0.0)
-    total = jnp.sum(gs, axis=2)                                   # [L, B, HV]
-    after = total[:, :, None] - jnp.cumsum(gs, axis=2)            # decay after each row
-    weight = jnp.where(valid, jnp.exp(after), 0.0)
-    return (jnp.exp(total)[..., None, None] * state
-            + jnp.einsum("lbwhk,lbwh,lbwhv->lbhkv", keys, weight, us, precision=HI))
+    rows of ``updates`` [L, B, HV, W, dk + dv + 1] (per value head: key |
+    delta-rule update | log-decay). The decay after each row is a masked sum,
+    not a cumulative sum along W (which XLA relaid out, a copy)."""
+    w = updates.shape[3]
+    valid = (jnp.arange(w)[None, :] < (ran * tokens)[:, None])[None, :, None, :, None]
+    rows = jnp.where(valid, updates, 0.0)
+    keys, us, g = (rows[..., :key_dim], rows[..., key_dim:key_dim + value_dim],
+                   rows[..., key_dim + value_dim])                    # g [L, B, HV, W]
+    later = jnp.arange(w)[None, :] > jnp.arange(w)[:, None]          # [r, s]: s after r
+    after = jnp.sum(jnp.where(later, g[..., None, :], 0.0), axis=-1)
+    weight = jnp.where(valid[..., 0], jnp.exp(after), 0.0)
+    total = jnp.sum(g, axis=-1)[..., None, None]
+    return jnp.exp(total) * state + jnp.einsum("lbhwk,lbhwv->lbhkv", keys * weight[..., None],
+                                               us, precision=HI)

@@ -14,7 +14,7 @@ its stack; ``steps``: decode steps per call.
   hist_v          (2, B, Kc-1, value_heads*value_dim) conv dtype
   recurrent       (2, B, value_heads, key_dim, value_dim) f32
   rows_q, rows_k, rows_v (2, B, W, width) conv dtype  the call's raw new rows
-  updates         (2, B, W, update_width) f32         the call's k | u | g rows
+  updates         (2, B, value_heads, W, key_dim + value_dim + 1) f32  the call's k | u | g
   sems            DMA (3, 2, 4)  [state read | window read | window write, parity, part]
 W = ``g.window`` (tokens x steps; rounded up to 8 rows over several steps).
 
@@ -24,12 +24,13 @@ norm, hbm, out, k, i, ...) -> y`` runs the op for repetition k at step i of
 the call (traced); ``drain(g, out, ...)`` waits the last window stores (after
 the loop). ``hbm`` = (hist_q, hist_k, hist_v, recurrent) HBM refs [layers,
 ...], READ ONLY: they hold the state before the call (S_0) on every step.
-``out`` = (rows_q, rows_k, rows_v, updates) HBM outputs [layers, B, W, ...]:
+``out`` = (rows_q, rows_k, rows_v, updates) HBM outputs [layers, B, ...]:
 row i*T + t of sequence b is step i's token t:
-  rows_*   the raw (pre-conv) q / k / v row, rounded to the conv dtype;
-  updates  [k_t (key_heads*key_dim) | u_t (value_heads*value_dim) | g_t
-           (value_heads)]: the normalised key, the delta-rule update
-           u_t = beta_t (v_t - S_{t-1}^T k_t) after the decay, and the log-decay.
+  rows_*   [W, width] the raw (pre-conv) q / k / v row, rounded to the conv dtype;
+  updates  [value_heads, W, key_dim + value_dim + 1], per value head: its
+           normalised key k_t, the delta-rule update u_t = beta_t (v_t -
+           S_{t-1}^T k_t) after the decay, and the log-decay g_t (head-major,
+           so that the commit's matmul per head needs no relayout).
 After the call the same jit commits them into the donated state
 (``gdn_commit.py``): the conv histories take the new rows, the recurrent
 state S_n = exp(sum g) S_0 + sum_t exp(sum_{s>t} g_s) k_t u_t^T, for the rows
@@ -88,9 +89,9 @@ def window(tokens: int, steps: int) -> int:
     return tokens if steps == 1 else -(-tokens * steps // 8) * 8
 
 
-def update_width(key_width: int, value_heads: int, value_dim: int) -> int:
-    """Lanes of one update row: key | delta-rule update | log-decay per value head."""
-    return key_width + value_heads * value_dim + value_heads
+def update_width(key_dim: int, value_dim: int) -> int:
+    """Lanes of one value head's update row: key | delta-rule update | log-decay."""
+    return key_dim + value_dim + 1
 
 
 @GEOMETRIES.register("gdn")
@@ -134,7 +135,7 @@ class GDNGeometry:
 
     @property
     def update_width(self) -> int:
-        return update_width(self.widths[0], self.value_heads, self.value_dim)
+        return update_width(self.key_dim, self.value_dim)
 
     def describe(self) -> str:
         rep = f", each key head on {self.key_replication} cores" if self.key_replication > 1 else ""
@@ -156,8 +157,8 @@ def buffers(g: GDNGeometry) -> tuple[Need, ...]:
         Need("rows_q", vmem, (2, g.batch, w, kw), g.conv_dtype, rows.format("q")),
         Need("rows_k", vmem, (2, g.batch, w, kw), g.conv_dtype, rows.format("k")),
         Need("rows_v", vmem, (2, g.batch, w, vw), g.conv_dtype, rows.format("v")),
-        Need("updates", vmem, (2, g.batch, w, g.update_width), "float32",
-             "[repetition parity] the call's key | update | log-decay rows"),
+        Need("updates", vmem, (2, g.batch, g.value_heads, w, g.update_width), "float32",
+             "[repetition parity] per value head, the call's key | update | log-decay rows"),
         Need("sems", Space.SEMAPHORE, (3, 2, len(STATES)), "dma_semaphore",
              "[state read | window read | window store, parity, part]"),
     )
@@ -167,13 +168,13 @@ def value_bytes(g: GDNGeometry) -> int:
     """Bytes of values ``step`` holds at its peak beside its inputs: the conv
     outputs and the output ([RP, width] f32 each), the transposed q/k
     ([width, RP], a lane tile wide), the per-head outputs, the gates, S with
-    two temporaries of its size, and a sequence's update window with its
-    transposed keys ([W, update width] and [key width, W])."""
+    two temporaries of its size, and a head's update window with its
+    transposed keys ([W, update width] and [key_dim, W])."""
     kw, _, vw = g.widths
     rp = g.rows_padded
     return 4 * (rp * (2 * kw + 2 * vw + g.value_heads * g.value_dim + 2 * 128)
                 + 2 * kw * 128 + 3 * g.key_dim * g.value_dim
-                + g.window * (g.update_width + 2 * kw + vw) + kw * 128)
+                + g.window * (2 * g.update_width + 2 * kw + vw) + g.key_dim * 128)
 
 
 def vector_ops(g: GDNGeometry) -> int:
@@ -290,54 +291,52 @@ def _scalar(x, mask):
     return jnp.sum(jnp.sum(picked, axis=0, keepdims=True), axis=1, keepdims=True)
 
 
-def _rebuild(g, win, n):
-    """From a sequence's update window [W, width] and the call's rows before
-    this step (n): (keys^T [kw, W], per-row weights exp(log-decay after the
-    row) [W, HV], updates [W, vw], summed log-decay [1, HV]); rows >= n are 0."""
-    kw, _, vw = g.widths
-    hv, w = g.value_heads, g.window
+def _rebuild(g, win, n, s0):
+    """The state of one value head after the call's first n rows: S_0 ``s0``
+    [dk, dv] and the head's update window ``win`` [W, dk + dv + 1] give
+    exp(G) S_0 + (K * w)^T U, where G sums the rows' log-decays and w_r =
+    exp(the log-decays of the rows after r); rows >= n count as 0."""
+    dk, dv, w = g.key_dim, g.value_dim, g.window
     valid = jax.lax.broadcasted_iota(jnp.int32, (w, 1), 0) < n
-    keys = jnp.where(valid, win[:, :kw], 0.0)
-    us = jnp.where(valid, win[:, kw:kw + vw], 0.0)
-    gs = jnp.where(valid, win[:, kw + vw:kw + vw + hv], 0.0)
+    keys = jnp.where(valid, win[:, :dk], 0.0)
+    us = jnp.where(valid, win[:, dk:dk + dv], 0.0)
+    gs = jnp.where(valid, win[:, dk + dv:dk + dv + 1], 0.0)           # [W, 1]
     rows = jax.lax.broadcasted_iota(jnp.int32, gs.shape, 0)
     after = jnp.zeros(gs.shape, jnp.float32)
     for s in range(w):          # after[r] = sum of g_s over the rows s > r
         after = after + jnp.where(rows < s, _pick_row(gs, rows, s), 0.0)
     weight = jnp.where(valid, jnp.exp(after), 0.0)
-    return jnp.transpose(keys), weight, us, jnp.sum(gs, axis=0, keepdims=True)
+    total = jnp.sum(gs, axis=0, keepdims=True)                         # [1, 1]
+    return jnp.exp(total) * s0 + jnp.dot(jnp.transpose(keys * weight), us, precision=HI,
+                                         preferred_element_type=jnp.float32)
 
 
 def _recurrence(g, qt, kt, kn, v, beta, logd, state, upd, p, b, n, outs):
     """The delta rule over sequence b's T rows for every local value head,
     from S_0 (slot p of ``state``) and the call's first n update rows; puts
-    the rows' updates into window rows n..n+T-1; returns the per-head
-    outputs with b's rows."""
-    dk, dv, rp, hv = g.key_dim, g.value_dim, g.rows_padded, g.value_heads
+    the rows' updates into window rows n..n+T-1 of each head; returns the
+    per-head outputs with b's rows."""
+    dk, dv, rp = g.key_dim, g.value_dim, g.rows_padded
     lanes = jax.lax.broadcasted_iota(jnp.int32, (dk, rp), 1)          # row index of q/k columns
     rows_v = jax.lax.broadcasted_iota(jnp.int32, (rp, dv), 0)
     rows_h = jax.lax.broadcasted_iota(jnp.int32, beta.shape, 0)
     heads_h = jax.lax.broadcasted_iota(jnp.int32, beta.shape, 1)
+    rows_k = jax.lax.broadcasted_iota(jnp.int32, kn.shape, 0)
+    wrows = jax.lax.broadcasted_iota(jnp.int32, (g.window, g.update_width), 0)
     decay = jnp.exp(logd)
-    win = upd[p, b]                                                   # [W, width]
-    rebuild = not (isinstance(n, int) and n == 0)
-    if rebuild:
-        keys_t, weight, us, total = _rebuild(g, win, n)
-        lanes_w = jax.lax.broadcasted_iota(jnp.int32, weight.shape, 1)
-        lanes_1 = jax.lax.broadcasted_iota(jnp.int32, total.shape, 1)
-    new, deltas = [], [[] for _ in range(g.tokens)]
-    for h in range(hv):
+    new = []
+    for h in range(g.value_heads):
         kh = h // g.group
         if h % g.group == 0:        # the key head's q and k columns, shared by its group
             cols = [[jnp.sum(jnp.where(lanes == b * g.tokens + t, m[kh * dk:(kh + 1) * dk], 0.0),
                              axis=1, keepdims=True) for m in (kt, qt)]      # [dk, 1] each
                     for t in range(g.tokens)]
+            keys = [_pick_row(kn[:, kh * dk:(kh + 1) * dk], rows_k[:, :dk], b * g.tokens + t)
+                    for t in range(g.tokens)]                           # [1, dk] each
+        win = upd[p, b, h]                                              # [W, dk + dv + 1]
         s = state[p, b, h]                                              # [dk, dv], S_0
-        if rebuild:                 # the state after the call's first n rows
-            w_h = jnp.sum(jnp.where(lanes_w == h, weight, 0.0), axis=1, keepdims=True)
-            s = jnp.exp(_scalar(total, lanes_1 == h)) * s + jnp.dot(
-                keys_t[kh * dk:(kh + 1) * dk], us[:, h * dv:(h + 1) * dv] * w_h,
-                precision=HI, preferred_element_type=jnp.float32)
+        if not (isinstance(n, int) and n == 0):     # the state after the call's first n rows
+            s = _rebuild(g, win, n, s)
         out = outs[h]
         for t in range(g.tokens):
             r = b * g.tokens + t
@@ -348,17 +347,11 @@ def _recurrence(g, qt, kt, kn, v, beta, logd, state, upd, p, b, n, outs):
             u = jnp.sum(kc * s, axis=0, keepdims=True)                  # S^T k
             delta = _scalar(beta, mask) * (vr - u)
             s = s + kc * delta
-            deltas[t].append(delta)
             out = jnp.where(rows_v == r, jnp.sum(qc * s, axis=0, keepdims=True), out)
+            row = jnp.concatenate([keys[t], delta, _scalar(logd, mask)], axis=1)
+            win = jnp.where(wrows == n + t, row, win)
+        upd[p, b, h] = win
         new.append(out)
-    rows_k = jax.lax.broadcasted_iota(jnp.int32, kn.shape, 0)
-    wrows = jax.lax.broadcasted_iota(jnp.int32, win.shape, 0)
-    for t in range(g.tokens):
-        r = b * g.tokens + t
-        row = jnp.concatenate([_pick_row(kn, rows_k, r), *deltas[t],
-                               _pick_row(logd, rows_h, r)], axis=1)     # [1, width]
-        win = jnp.where(wrows == n + t, row, win)
-    upd[p, b] = win
     return tuple(new)
 
 

@@ -35,8 +35,7 @@ def _gdn(c: StackCtx, n) -> list[str]:
 def _commit(g, state: str):
     """Conv histories take the new rows; the recurrent state its low-rank update."""
     if state == "recurrent":
-        return "low_rank", dict(tokens=g.tokens, key_heads=g.key_heads, key_dim=g.key_dim,
-                                value_heads=g.value_heads, value_dim=g.value_dim)
+        return "low_rank", dict(tokens=g.tokens, key_dim=g.key_dim, value_dim=g.value_dim)
     return "shift_rows", dict(tokens=g.tokens)
 
 

@@ -44,11 +44,12 @@ def test_state_dmas_are_the_plans_bytes(tmp_path):
     # Per core and GDN layer, float32: hist_q and hist_k [2 seqs, 3 rows, 1 key
     # head x 32], hist_v [2, 3, 2 value heads x 32], recurrent [2, 2, 32, 32],
     # read once (read only); the call's updates stored once: the new q, k, v
-    # rows [2 seqs, 1 row, 32 | 32 | 64] and the update row [2, 1, key 32 |
-    # 2 heads x 32 | 2 log-decays]; for 3 GDN nodes x 2 repetitions.
+    # rows [2 seqs, 1 row, 32 | 32 | 64] and per value head the update row
+    # [2 seqs, 2 heads, 1 row, key 32 | update 32 | log-decay 1]; for 3 GDN
+    # nodes x 2 repetitions.
     per_layer = (2 * (2 * 3 * 32) + 2 * 3 * 64 + 2 * 2 * 32 * 32) * 4
-    updates = 2 * (32 + 32 + 64 + (32 + 64 + 2)) * 4
-    assert want == (per_layer + updates) * 3 * 2 == 127_584
+    updates = 2 * (32 + 32 + 64 + 2 * (32 + 32 + 1)) * 4
+    assert want == (per_layer + updates) * 3 * 2 == 129_120
     weights = trace.plan_weight_bytes(plan)
     for core in range(2):
         got = result.bytes_by_kind(core)
