@@ -105,19 +105,23 @@ def _buffers(cx, node) -> OpLayout:
 @UPDATES.register("gated_deltanet")
 def _updates(op, state: str, spec, layout, request, cores: int):
     """Per layer and sequence, ``gdn.window`` rows, row i*T + t for step i's
-    token t: the raw new conv rows of a history; for the recurrent state, per
-    value head of this core, its key, delta-rule update and log-decay."""
+    token t: a history's rows window holds the history before the call first;
+    for the recurrent state, per value head of this core, its key, delta-rule
+    update and the call's log-decays summed up to the row."""
     from megakernel.backends.pallas_tpu import gdn
 
     w = gdn.window(request.tokens, request.steps)
-    rows = f"per layer and sequence, row i*T+t (step i, token t) of the call: "
     if state != "recurrent":
-        return ((request.batch, w, layout[-1]), spec.dtype.value,
-                rows + f"its raw {state[-1]} row, shifted into {state} after the call")
+        c = gdn.conv_rows(op.conv_kernel, request.tokens, request.steps)
+        return ((request.batch, c, layout[-1]), spec.dtype.value,
+                f"per layer and sequence, {state} before the call, then the call's raw "
+                f"{state[-1]} rows (row Kc-1+i*T+t: step i, token t); the history after "
+                "the call is taken from it")
+    rows = "per layer and sequence, row i*T+t (step i, token t) of the call: "
     return ((request.batch, op.num_value_heads // cores, w,
              gdn.update_width(op.key_dim, op.value_dim)), "float32",
-            rows + "per value head, its key | delta-rule update | log-decay, committed as "
-                   "a low-rank update of the recurrent state after the call")
+            rows + "per value head, its key | delta-rule update | summed log-decay, "
+                   "committed as a low-rank update of the recurrent state after the call")
 
 
 @COST.register("gated_deltanet")

@@ -53,27 +53,34 @@ def steps_run(next_token, start_pos, end_id, limit, *, batch: int, steps: int, m
 
 
 def shift_rows(hist, rows, ran, *, tokens: int):
-    """hist [L, B, Kc-1, C] with each sequence's first ran[b] * tokens rows of
-    ``rows`` [L, B, W, C] shifted in."""
-    seq = jnp.concatenate([hist, rows.astype(hist.dtype)], axis=2)
-    kept = [jax.lax.dynamic_slice_in_dim(seq[:, b], ran[b] * tokens, hist.shape[2], axis=1)
-            for b in range(hist.shape[1])]
-    return jnp.stack(kept, axis=1)
+    """The history [L, B, Kc-1, C] after the call: rows n..n+Kc-2 of each
+    sequence's ``rows`` [L, B, R, C] (the history before the call, then the
+    call's rows), n = ran[b] * tokens; a sequence that ran no step keeps
+    ``hist``. One masked sum over the window's rows (exact: one term), and
+    ``hist`` read only where it is kept: written in place into the donated
+    history (XLA copied a history its update did not read, and relaid out
+    one-row slices of the window)."""
+    kc1, r = hist.shape[2], rows.shape[2]
+    n = ran * tokens
+    src = n[:, None, None] + jnp.arange(kc1)[None, :, None]            # [B, Kc-1, 1]
+    pick = (src == jnp.arange(r)[None, None, :])[None, :, :, :, None]  # [1, B, Kc-1, R, 1]
+    taken = jnp.sum(jnp.where(pick, rows[:, :, None].astype(jnp.float32), 0.0), axis=3)
+    return jnp.where((n == 0)[None, :, None, None], hist, taken.astype(hist.dtype))
 
 
 def low_rank(state, updates, ran, *, tokens: int, key_dim: int, value_dim: int):
-    """state [L, B, HV, dk, dv] f32 after each sequence's first ran[b] * tokens
-    rows of ``updates`` [L, B, HV, W, dk + dv + 1] (per value head: key |
-    delta-rule update | log-decay). The decay after each row is a masked sum,
-    not a cumulative sum along W (which XLA relaid out, a copy)."""
+    """state [L, B, HV, dk, dv] f32 after each sequence's first n = ran[b] *
+    tokens rows of ``updates`` [L, B, HV, W, dk + 2 dv] (per value head: key |
+    delta-rule update | the call's log-decays summed up to the row, repeated
+    over dv lanes): exp(G_n) S_0 + K^T (U * exp(G_n - G_r)). The sums line up
+    with U's lanes and S's columns, so nothing is relaid out."""
     w = updates.shape[3]
-    valid = (jnp.arange(w)[None, :] < (ran * tokens)[:, None])[None, :, None, :, None]
-    rows = jnp.where(valid, updates, 0.0)
-    keys, us, g = (rows[..., :key_dim], rows[..., key_dim:key_dim + value_dim],
-                   rows[..., key_dim + value_dim])                    # g [L, B, HV, W]
-    later = jnp.arange(w)[None, :] > jnp.arange(w)[:, None]          # [r, s]: s after r
-    after = jnp.sum(jnp.where(later, g[..., None, :], 0.0), axis=-1)
-    weight = jnp.where(valid[..., 0], jnp.exp(after), 0.0)
-    total = jnp.sum(g, axis=-1)[..., None, None]
-    return jnp.exp(total) * state + jnp.einsum("lbhwk,lbhwv->lbhkv", keys * weight[..., None],
-                                               us, precision=HI)
+    n = (ran * tokens)[None, :, None, None, None]
+    rows = jnp.arange(w)[None, None, None, :, None]
+    keys, us = updates[..., :key_dim], updates[..., key_dim:key_dim + value_dim]
+    summed = updates[..., key_dim + value_dim:]                       # G_r [L, B, HV, W, dv]
+    total = jnp.sum(jnp.where(rows == n - 1, summed, 0.0), axis=3, keepdims=True)
+    valid = rows < n
+    keys = jnp.where(valid, keys, 0.0)
+    us = jnp.where(valid, us * jnp.exp(total - summed), 0.0)
+    return jnp.exp(total) * state + jnp.einsum("lbhwk,lbhwv->lbhkv", keys, us, precision=HI)

@@ -13,10 +13,11 @@ its stack; ``steps``: decode steps per call.
   hist_q, hist_k  (2, B, Kc-1, key_heads*key_dim) conv dtype    [repetition parity]
   hist_v          (2, B, Kc-1, value_heads*value_dim) conv dtype
   recurrent       (2, B, value_heads, key_dim, value_dim) f32
-  rows_q, rows_k, rows_v (2, B, W, width) conv dtype  the call's raw new rows
-  updates         (2, B, value_heads, W, key_dim + value_dim + 1) f32  the call's k | u | g
+  rows_q, rows_k, rows_v (2, B, C, width) conv dtype  history | the call's raw rows
+  updates         (2, B, value_heads, W, key_dim + 2 value_dim) f32  the call's k | u | G
   sems            DMA (3, 2, 4)  [state read | window read | window write, parity, part]
-W = ``g.window`` (tokens x steps; rounded up to 8 rows over several steps).
+W = ``g.window`` (tokens x steps, rounded up to 8 rows), C = ``g.conv_rows``
+(Kc - 1 + tokens x steps, rounded up to 8).
 
 ``fetch(g, hbm, out, k, i, ...)`` starts the reads of repetition k (the
 stack's first, before its loop); ``step(g, xs, z, b, a, taps, a_log, dt_bias,
@@ -25,24 +26,28 @@ the call (traced); ``drain(g, out, ...)`` waits the last window stores (after
 the loop). ``hbm`` = (hist_q, hist_k, hist_v, recurrent) HBM refs [layers,
 ...], READ ONLY: they hold the state before the call (S_0) on every step.
 ``out`` = (rows_q, rows_k, rows_v, updates) HBM outputs [layers, B, ...]:
-row i*T + t of sequence b is step i's token t:
-  rows_*   [W, width] the raw (pre-conv) q / k / v row, rounded to the conv dtype;
-  updates  [value_heads, W, key_dim + value_dim + 1], per value head: its
-           normalised key k_t, the delta-rule update u_t = beta_t (v_t -
-           S_{t-1}^T k_t) after the decay, and the log-decay g_t (head-major,
-           so that the commit's matmul per head needs no relayout).
+  rows_*   [C, width]: rows 0..Kc-2 the history before the call, row Kc-1 +
+           i*T + t the raw (pre-conv) q / k / v row of step i's token t,
+           rounded to the conv dtype;
+  updates  [value_heads, W, key_dim + 2 value_dim]: per value head, row i*T +
+           t: the normalised key k_t, the delta-rule update u_t = beta_t (v_t
+           - S_{t-1}^T k_t) after the decay, and G_t, the call's log-decays
+           summed up to t, repeated over value_dim lanes.
+Laid out so that the commit is elementwise in the state and reads nothing
+else of it (XLA copies a donated state that its update reads elsewhere, and
+relaid out a log-decay sliced out of one lane): the new history is Kc - 1 rows
+from n*T on, and G lines up with u and with S's columns.
 After the call the same jit commits them into the donated state
-(``gdn_commit.py``): the conv histories take the new rows, the recurrent
-state S_n = exp(sum g) S_0 + sum_t exp(sum_{s>t} g_s) k_t u_t^T, for the rows
-of the steps each sequence ran (a stopped sequence's later rows are computed
-on finite values, stored, and not committed).
+(``commit.py``): the conv histories take the new rows, the recurrent state
+S_n = exp(G_n) S_0 + sum_t exp(G_n - G_t) k_t u_t^T, for the rows of the
+steps each sequence ran (a stopped sequence's later rows are computed on
+finite values, stored, and not committed).
 
 Several steps per call: HBM keeps S_0, so step i rebuilds the state after step
 i - 1 in VMEM from S_0 and the call's earlier rows, which it reads back from
-its own outputs with the state: the conv history is the last Kc - 1 rows of
-the old history followed by rows 0..i*T-1, and S = exp(G) S_0 + K~^T U (G the
-summed log-decays, K~ the keys scaled by exp(the decay after them)): a matmul
-of rank i*T <= W. Keeping the rows in VMEM across steps instead would hold
+its own outputs with the state: the conv history is rows i*T..i*T+Kc-2 of the
+rows window, and S = exp(G) S_0 + K^T U~ (G the summed log-decays, U~ the
+updates scaled by exp(the decay after them)): a matmul of rank i*T <= W. Keeping the rows in VMEM across steps instead would hold
 every layer's window at once (qwen3.5-27b at 16 steps, batch 4: 12 MiB per
 core); read back, a layer's window costs one small DMA beside its state and
 shares its slot. A one-step call reads no window and rebuilds nothing.
@@ -84,14 +89,23 @@ HI = jax.lax.Precision.HIGHEST
 
 def window(tokens: int, steps: int) -> int:
     """Rows per sequence of the call's updates: tokens x steps, rounded up to 8
-    when steps > 1 (the rebuild transposes a window of keys; a one-step call
-    stores only its T rows)."""
-    return tokens if steps == 1 else -(-tokens * steps // 8) * 8
+    (a sublane tile). The rebuild transposes a window of keys; and with W = 1
+    XLA relaid the commit's operands out (a copy of every key and update, 0.3
+    MiB per core per call for qwen3.5-27b/8), treating the degenerate matmul
+    as a product over [layers, heads, 128]."""
+    return -(-tokens * steps // 8) * 8
+
+
+def conv_rows(conv_kernel: int, tokens: int, steps: int) -> int:
+    """Rows per sequence of a conv rows window: the history before the call
+    and the call's rows, rounded up to 8."""
+    return -(-(conv_kernel - 1 + tokens * steps) // 8) * 8
 
 
 def update_width(key_dim: int, value_dim: int) -> int:
-    """Lanes of one value head's update row: key | delta-rule update | log-decay."""
-    return key_dim + value_dim + 1
+    """Lanes of one value head's update row: key | delta-rule update | summed
+    log-decay repeated over value_dim lanes."""
+    return key_dim + 2 * value_dim
 
 
 @GEOMETRIES.register("gdn")
@@ -134,6 +148,10 @@ class GDNGeometry:
         return window(self.tokens, self.steps)
 
     @property
+    def conv_rows(self) -> int:
+        return conv_rows(self.conv_kernel, self.tokens, self.steps)
+
+    @property
     def update_width(self) -> int:
         return update_width(self.key_dim, self.value_dim)
 
@@ -145,20 +163,22 @@ class GDNGeometry:
 
 
 def buffers(g: GDNGeometry) -> tuple[Need, ...]:
-    hist, (kw, _, vw), w = g.conv_kernel - 1, g.widths, g.window
+    hist, (kw, _, vw), w, c = g.conv_kernel - 1, g.widths, g.window, g.conv_rows
     vmem, note = Space.VMEM, "[repetition parity] raw {} rows of the last {} tokens (read only)"
-    rows = "[repetition parity] the call's raw {} rows (row i*T+t: step i, token t)"
+    rows = ("[repetition parity] the history before the call, then the call's raw {} "
+            "rows (row Kc-1+i*T+t: step i, token t)")
     return (
         Need("hist_q", vmem, (2, g.batch, hist, kw), g.conv_dtype, note.format("q", hist)),
         Need("hist_k", vmem, (2, g.batch, hist, kw), g.conv_dtype, note.format("k", hist)),
         Need("hist_v", vmem, (2, g.batch, hist, vw), g.conv_dtype, note.format("v", hist)),
         Need("recurrent", vmem, (2, g.batch, g.value_heads, g.key_dim, g.value_dim), "float32",
              "[repetition parity] recurrent state S_0 per value head (read only)"),
-        Need("rows_q", vmem, (2, g.batch, w, kw), g.conv_dtype, rows.format("q")),
-        Need("rows_k", vmem, (2, g.batch, w, kw), g.conv_dtype, rows.format("k")),
-        Need("rows_v", vmem, (2, g.batch, w, vw), g.conv_dtype, rows.format("v")),
+        Need("rows_q", vmem, (2, g.batch, c, kw), g.conv_dtype, rows.format("q")),
+        Need("rows_k", vmem, (2, g.batch, c, kw), g.conv_dtype, rows.format("k")),
+        Need("rows_v", vmem, (2, g.batch, c, vw), g.conv_dtype, rows.format("v")),
         Need("updates", vmem, (2, g.batch, g.value_heads, w, g.update_width), "float32",
-             "[repetition parity] per value head, the call's key | update | log-decay rows"),
+             "[repetition parity] per value head, the call's key | update | summed "
+             "log-decay rows"),
         Need("sems", Space.SEMAPHORE, (3, 2, len(STATES)), "dma_semaphore",
              "[state read | window read | window store, parity, part]"),
     )
@@ -247,27 +267,30 @@ def _pick_row(x, rows, r):
 
 def _conv(g, xs, taps, hists, wins, p, b, n, outs):
     """The causal conv + SiLU of sequence b's T rows, for q, k and v, after the
-    call's first n rows; puts the rows into window rows n..n+T-1 (slot p);
+    call's first n rows; puts the rows into rows-window rows Kc-1+n.. (slot p;
+    on the call's first step the history before the call into rows 0..Kc-2);
     returns the outputs with those rows filled in."""
     kc1, new = g.conv_kernel - 1, []
     for x, w, href, wref, out in zip(xs, taps, hists, wins, outs):
         rows = jax.lax.broadcasted_iota(jnp.int32, x.shape, 0)
-        hist = href[p, b].astype(jnp.float32)                        # [Kc-1, C], before the call
-        win = wref[p, b].astype(jnp.float32)                         # [W, C], rows < n valid
-        hrows = jax.lax.broadcasted_iota(jnp.int32, hist.shape, 0)
+        win = wref[p, b].astype(jnp.float32)           # [C, width]: rows < Kc-1+n valid
         wrows = jax.lax.broadcasted_iota(jnp.int32, win.shape, 0)
-        # the history now: rows n.. of (history before the call | the call's rows)
-        seq = [_pick_row(hist, hrows, n + m) + (0.0 if isinstance(n, int) and n == 0 else
-                                                _pick_row(win, wrows, n + m - kc1))
-               for m in range(kc1)]
-        # rounded to the history's dtype before use, as the reference does
-        rows_t = [_pick_row(x, rows, b * g.tokens + t).astype(wref.dtype).astype(jnp.float32)
-                  for t in range(g.tokens)]
-        seq += rows_t
+        # On the call's first step the window starts as the history before the
+        # call (a later step's came back from the output with it).
+        hist = href[p, b].astype(jnp.float32)          # [Kc-1, width]
+        hrows = jax.lax.broadcasted_iota(jnp.int32, hist.shape, 0)
+        for m in range(kc1):
+            first = (wrows == m) if isinstance(n, int) else (wrows == m) & (n == 0)
+            win = jnp.where(first, _pick_row(hist, hrows, m), win)
+        # the history now (rows n..n+Kc-2), then the step's rows, rounded to
+        # the history's dtype before use, as the reference does
+        seq = [_pick_row(win, wrows, n + m) for m in range(kc1)]
+        seq += [_pick_row(x, rows, b * g.tokens + t).astype(wref.dtype).astype(jnp.float32)
+                for t in range(g.tokens)]
         for t in range(g.tokens):
             acc = sum(w[j] * seq[t + j] for j in range(g.conv_kernel))
             out = jnp.where(rows == b * g.tokens + t, acc * jax.nn.sigmoid(acc), out)
-            win = jnp.where(wrows == n + t, rows_t[t], win)
+            win = jnp.where(wrows == kc1 + n + t, seq[kc1 + t], win)
         wref[p, b] = win.astype(wref.dtype)
         new.append(out)
     return tuple(new)
@@ -292,23 +315,19 @@ def _scalar(x, mask):
 
 
 def _rebuild(g, win, n, s0):
-    """The state of one value head after the call's first n rows: S_0 ``s0``
-    [dk, dv] and the head's update window ``win`` [W, dk + dv + 1] give
-    exp(G) S_0 + (K * w)^T U, where G sums the rows' log-decays and w_r =
-    exp(the log-decays of the rows after r); rows >= n count as 0."""
-    dk, dv, w = g.key_dim, g.value_dim, g.window
-    valid = jax.lax.broadcasted_iota(jnp.int32, (w, 1), 0) < n
-    keys = jnp.where(valid, win[:, :dk], 0.0)
-    us = jnp.where(valid, win[:, dk:dk + dv], 0.0)
-    gs = jnp.where(valid, win[:, dk + dv:dk + dv + 1], 0.0)           # [W, 1]
-    rows = jax.lax.broadcasted_iota(jnp.int32, gs.shape, 0)
-    after = jnp.zeros(gs.shape, jnp.float32)
-    for s in range(w):          # after[r] = sum of g_s over the rows s > r
-        after = after + jnp.where(rows < s, _pick_row(gs, rows, s), 0.0)
-    weight = jnp.where(valid, jnp.exp(after), 0.0)
-    total = jnp.sum(gs, axis=0, keepdims=True)                         # [1, 1]
-    return jnp.exp(total) * s0 + jnp.dot(jnp.transpose(keys * weight), us, precision=HI,
-                                         preferred_element_type=jnp.float32)
+    """(the state of one value head after the call's first n rows, G after
+    them [1, dv]): from S_0 ``s0`` [dk, dv] and the head's update window
+    ``win`` [W, dk + 2 dv], exp(G) S_0 + K^T (U * exp(G - G_r)), rows >= n
+    counting as 0."""
+    dk, dv = g.key_dim, g.value_dim
+    rows = jax.lax.broadcasted_iota(jnp.int32, (g.window, dv), 0)
+    valid = rows < n
+    summed = win[:, dk + dv:]                                          # G_r, [W, dv]
+    total = _pick_row(summed, rows, n - 1)                             # G after n rows
+    keys = jnp.where(valid[:, :1], win[:, :dk], 0.0)
+    us = jnp.where(valid, win[:, dk:dk + dv] * jnp.exp(total - summed), 0.0)
+    return jnp.exp(total) * s0 + jnp.dot(jnp.transpose(keys), us, precision=HI,
+                                         preferred_element_type=jnp.float32), total
 
 
 def _recurrence(g, qt, kt, kn, v, beta, logd, state, upd, p, b, n, outs):
@@ -333,10 +352,11 @@ def _recurrence(g, qt, kt, kn, v, beta, logd, state, upd, p, b, n, outs):
                     for t in range(g.tokens)]
             keys = [_pick_row(kn[:, kh * dk:(kh + 1) * dk], rows_k[:, :dk], b * g.tokens + t)
                     for t in range(g.tokens)]                           # [1, dk] each
-        win = upd[p, b, h]                                              # [W, dk + dv + 1]
+        win = upd[p, b, h]                                              # [W, dk + 2 dv]
         s = state[p, b, h]                                              # [dk, dv], S_0
+        summed = jnp.zeros((1, dv), jnp.float32)                        # G so far
         if not (isinstance(n, int) and n == 0):     # the state after the call's first n rows
-            s = _rebuild(g, win, n, s)
+            s, summed = _rebuild(g, win, n, s)
         out = outs[h]
         for t in range(g.tokens):
             r = b * g.tokens + t
@@ -348,7 +368,8 @@ def _recurrence(g, qt, kt, kn, v, beta, logd, state, upd, p, b, n, outs):
             delta = _scalar(beta, mask) * (vr - u)
             s = s + kc * delta
             out = jnp.where(rows_v == r, jnp.sum(qc * s, axis=0, keepdims=True), out)
-            row = jnp.concatenate([keys[t], delta, _scalar(logd, mask)], axis=1)
+            summed = summed + _scalar(logd, mask)
+            row = jnp.concatenate([keys[t], delta, summed], axis=1)
             win = jnp.where(wrows == n + t, row, win)
         upd[p, b, h] = win
         new.append(out)

@@ -45,9 +45,11 @@ def test_qwen3_5_27b_compiles_on_8_cores_and_its_depth_is_a_loop(tmp_path):
     model = zoo.model("qwen3.5-27b")
     assert [(s.count, s.period) for s in model.stacks] == [(16, 4)]
     plan, full = _aot(model, tmp_path)
-    # Gated DeltaNet's whole-access state is aliased, so XLA copies it in and
-    # out around the call (36.7 MiB per core, measured; the KV caches are not
-    # copied): the cost model charges exactly those copies.
+    # Issue 19: at most 1 MiB of XLA copies per core per call. Gated DeltaNet's
+    # state is read only and its updates committed in the jit (was 36.7 MiB
+    # while the state was aliased and XLA copied it in and out); the cost model
+    # charges exactly the copies left.
+    assert full.copy_bytes <= MIB, full.summary()
     assert plan.cost.copy_bytes == full.copy_bytes, full.summary()
     # the plan's VMEM (declared buffers + the values Mosaic keeps) is the compiler's,
     # within 1 MiB either way

@@ -43,13 +43,14 @@ def test_state_dmas_are_the_plans_bytes(tmp_path):
     want = sum(s.bytes_per_step for s in plan.memory.states)
     # Per core and GDN layer, float32: hist_q and hist_k [2 seqs, 3 rows, 1 key
     # head x 32], hist_v [2, 3, 2 value heads x 32], recurrent [2, 2, 32, 32],
-    # read once (read only); the call's updates stored once: the new q, k, v
-    # rows [2 seqs, 1 row, 32 | 32 | 64] and per value head the update row
-    # [2 seqs, 2 heads, 1 row, key 32 | update 32 | log-decay 1]; for 3 GDN
-    # nodes x 2 repetitions.
+    # read once (read only); the call's updates stored once: the conv rows
+    # windows [2 seqs, 8 rows (3 history rows, then the call's 1), 32 | 32 |
+    # 64] and per value head the update rows [2 seqs, 2 heads, 8 rows (the
+    # call's 1, rounded up to 8), key 32 | update 32 | summed log-decay 32];
+    # for 3 GDN nodes x 2 repetitions.
     per_layer = (2 * (2 * 3 * 32) + 2 * 3 * 64 + 2 * 2 * 32 * 32) * 4
-    updates = 2 * (32 + 32 + 64 + 2 * (32 + 32 + 1)) * 4
-    assert want == (per_layer + updates) * 3 * 2 == 129_120
+    updates = (2 * 8 * (32 + 32 + 64) + 2 * 2 * 8 * (32 + 2 * 32)) * 4
+    assert want == (per_layer + updates) * 3 * 2 == 239_616
     weights = trace.plan_weight_bytes(plan)
     for core in range(2):
         got = result.bytes_by_kind(core)
