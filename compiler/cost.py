@@ -27,6 +27,7 @@ from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectivePlan
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
+from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.compiler.xla_copies import copy_bytes
 from megakernel.ir.graph import Model
 from megakernel.registry import Registry
@@ -93,8 +94,8 @@ class CostReport:
     copy_ms: float = 0.0        # per call: their time (read and written at the DMA bandwidth)
     # per call: the commit of whole-access state after the kernel, in the same
     # jit (every layer's state read and written, its updates read; plan_memory.StateStream)
-    commit_bytes: int = 0
-    commit_ms: float = 0.0
+    commit_bytes: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
+    commit_ms: float = dataclasses.field(default=0.0, metadata={OMIT_DEFAULT: True})
     # Per stack, layers 2.. walked one by one before the credit settled (each a
     # tuple of PhaseCost); the stack's remaining layers cost its steady layer.
     walked: tuple = ()

@@ -173,12 +173,13 @@ def _state_lines(plan: Plan, md: bool) -> list[str]:
                    "HBM read/step", "updates/layer"], rows, md) + [
         f"kernel total per step per core: {_size(total)} ({total:,} bytes; every layer's "
         "state is read into VMEM one repetition ahead and never written: the call's "
-        f"updates (new conv rows; key, delta-rule update and log-decay per row) are "
+        f"updates (the conv rows windows; per value head the key, delta-rule update "
+        f"and summed log-decay of each row) are "
         f"stored to small outputs{back})",
         f"commit after the call, in the same jit (backends/pallas_tpu/commit.py): "
         f"{_size(commit)} per core per call ({commit:,} bytes: each state read and written "
         "once, its updates read; the conv rows shifted in, the recurrent state "
-        "exp(G) S_0 + K~^T U in float32)"]
+        "exp(G) S_0 + K^T U~ in float32)"]
 
 
 def _format_lines(plan: Plan, md: bool) -> list[str]:

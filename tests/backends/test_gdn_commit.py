@@ -14,13 +14,13 @@ from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.models.kind_gdn import causal_conv, delta_rule
 from megakernel.models.weights import init_weights
-from tests.backends.test_gdn_op import HYBRID
+from tests.backends.test_gdn_op import HYBRID, STATE_TOL
 
-# Measured (f32, CPU): the low-rank commit against the sequential rule 4.8e-7
-# (|S| ~ 1; the same sums in another order); the 2-core kernel's states after
-# three calls of 2 tokens 1.2e-6. Both bounds are about 10x.
+# Measured (f32, CPU, 2026-12-04): the low-rank commit against the sequential
+# rule, 20 seeds, worst 2.4e-7 (|S| up to 1.4; the same sums in another
+# order), hence 1e-6; the 2-core kernel's states after three calls of 2 tokens
+# 1.7e-6 (1 core, 2 calls: 1.9e-6), within test_gdn_op's STATE_TOL.
 COMMIT_TOL = 1e-6
-STATE_TOL = 1e-5
 
 
 def _rows(rng, b=2, t=3, hk=1, hv=2, dk=8, dv=8):
