@@ -65,7 +65,8 @@ delta rule one after another (T <= 8), so rows are picked out of the [RP, C]
 blocks with masked sums (no dynamic or unaligned sublane slicing), the rule
 keeps S [dk, dv] in vregs and uses q and k as [dk, 1] columns, which come from
 one transpose of the normalised q/k blocks per layer; everything is f32 on the
-VPU (the matvecs are M=1: the MXU would only add pushes).
+VPU (the matvecs are M=1: the MXU would only add pushes) but a later step's
+rebuild, a [dk, W] x [W, dv] matmul per value head and sequence.
 """
 
 from __future__ import annotations
