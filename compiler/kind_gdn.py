@@ -104,10 +104,11 @@ def _buffers(cx, node) -> OpLayout:
 
 @UPDATES.register("gated_deltanet")
 def _updates(op, state: str, spec, layout, request, cores: int):
-    """Per layer and sequence, ``gdn.window`` rows, row i*T + t for step i's
-    token t: a history's rows window holds the history before the call first;
-    for the recurrent state, per value head of this core, its key, delta-rule
-    update and the call's log-decays summed up to the row."""
+    """Per layer and sequence: for a conv history, ``gdn.conv_rows`` rows (the
+    history before the call, then row Kc-1 + i*T + t for step i's token t);
+    for the recurrent state, per value head of this core, ``gdn.window`` rows
+    (row i*T + t) of its key, delta-rule update and the call's log-decays
+    summed up to the row."""
     from megakernel.backends.pallas_tpu import gdn
 
     w = gdn.window(request.tokens, request.steps)
