@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from megakernel.compiler.plan_json import OMIT_DEFAULT
 
 
 class Space(enum.Enum):
@@ -137,3 +139,7 @@ class Operand:
     # An appended state's operand is read only: the plan output holding the
     # call's new rows (written into the cache after the call); None otherwise.
     new_rows: str | None = None
+    # A whole-access state's operand is read only too: the plan output holding
+    # the call's updates (committed into the state after the call by its op
+    # kind's rule, backends/pallas_tpu/commit.py); None otherwise.
+    updates: str | None = field(default=None, metadata={OMIT_DEFAULT: True})

@@ -10,11 +10,13 @@ The rule, from a plan of the same request (N = 1 for ``choose``):
                 + XLA's copies around the call, as the cost model charges
                   them once per call (``CostReport.copy_bytes`` and
                   ``copy_ms``, compiler/xla_copies.py: the one-element
-                  step scalars, and on 2+ cores next_token and the
-                  whole-access state in and out; the appended caches are
+                  step scalars, and on 2+ cores next_token; the state is
                   read only and not copied), each copied byte read and
                   written at the DMA bandwidth
-    per-step  S = the modeled call without its launch and copies, over its steps
+                + the commit of whole-access state after the call
+                  (``CostReport.commit_ms``: each layer's state read and
+                  written once per call)
+    per-step  S = the modeled call without its launch, copies and commit, over its steps
     N         = ceil(P / (AMORTISED_SHARE x S)), at least 1, at most
                 MAX_STEPS_PER_CALL and the room ``max_seq_len`` leaves
 
@@ -48,6 +50,7 @@ class StepsChoice:
     copy_s: float            # modeled, per call (CostReport.copy_ms)
     step_s: float            # modeled step without the launch and copies
     cap: int                 # the most steps the request allows
+    commit_s: float = 0.0    # modeled, per call (CostReport.commit_ms)
     why_one: str = ""        # why N is 1 whatever the costs
 
     def describe(self) -> str:
@@ -57,6 +60,8 @@ class StepsChoice:
                  else f"{self.copy_bytes:,} B")
         copies = (f" + XLA copies {size} per core {self.copy_s * 1e6:.1f} us"
                   if self.copy_bytes else "")
+        if self.commit_s:
+            copies += f" + state commit {self.commit_s * 1e6:.1f} us"
         capped = f", capped at {self.cap}" if self.steps == self.cap else ""
         return (f"{self.steps} (smallest N with per-call costs / N <= "
                 f"{AMORTISED_SHARE:.0%} of the step: launch {self.launch_s * 1e6:.1f} us"
@@ -70,9 +75,11 @@ def recommend(plan: Plan, *, context: int | None = None) -> StepsChoice:
 
     model, req, c = plan.model, plan.request, plan.cost
     launch, copy, moved = c.launch_ms / 1e3, c.copy_ms / 1e3, c.copy_bytes
-    step = (c.call_ms - c.launch_ms - c.copy_ms) / 1e3 / req.steps
+    commit = c.commit_ms / 1e3
+    step = (c.call_ms - c.launch_ms - c.copy_ms - c.commit_ms) / 1e3 / req.steps
     cap = min(MAX_STEPS_PER_CALL, model.max_seq_len - req.tokens - (context or 0) + 1)
-    base = dict(launch_s=launch, copy_bytes=moved, copy_s=copy, step_s=step, cap=max(cap, 1))
+    base = dict(launch_s=launch, copy_bytes=moved, copy_s=copy, step_s=step, cap=max(cap, 1),
+                commit_s=commit)
     why = ""
     if req.tokens != 1:
         why = f"tokens={req.tokens} per step: several steps per call need one"
@@ -84,7 +91,7 @@ def recommend(plan: Plan, *, context: int | None = None) -> StepsChoice:
                     why = f"op kind {node.op.kind!r} does not carry its state across steps"
     if why or cap <= 1:
         return StepsChoice(1, **base, why_one=why or "no room after the context")
-    n = math.ceil((launch + copy) / (AMORTISED_SHARE * step)) if step > 0 else cap
+    n = math.ceil((launch + copy + commit) / (AMORTISED_SHARE * step)) if step > 0 else cap
     return StepsChoice(min(max(n, 1), cap), **base)
 
 

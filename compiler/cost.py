@@ -27,6 +27,7 @@ from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectivePlan
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
+from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.compiler.xla_copies import copy_bytes
 from megakernel.ir.graph import Model
 from megakernel.registry import Registry
@@ -91,6 +92,10 @@ class CostReport:
     launch_ms: float = 0.0      # per call (kernel launch, first DMA latency)
     copy_bytes: int = 0         # per call: XLA's copies around the kernel (compiler/xla_copies.py)
     copy_ms: float = 0.0        # per call: their time (read and written at the DMA bandwidth)
+    # per call: the commit of whole-access state after the kernel, in the same
+    # jit (every layer's state read and written, its updates read; plan_memory.StateStream)
+    commit_bytes: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
+    commit_ms: float = dataclasses.field(default=0.0, metadata={OMIT_DEFAULT: True})
     # Per stack, layers 2.. walked one by one before the credit settled (each a
     # tuple of PhaseCost); the stack's remaining layers cost its steady layer.
     walked: tuple = ()
@@ -293,10 +298,12 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     # Per call, outside the kernel: XLA's copies around it, each read and written.
     copied = copy_bytes(memory, shard.cores)
     copies_s = 2 * copied / _bw(target, memory.stream.num_banks)
+    committed = sum(s.commit_bytes for s in memory.states)
+    commit_s = committed / _bw(target, memory.stream.num_banks)
     opening = [dataclasses.replace(p, stall_s=0.0) if p.name == "embed" else p for p in pre]
     latency = target.constants.dma_latency_s
     first = _walk_step(opening, stacks, head, 0.0, cap, bw_of, rate, latency)
-    call_s = launch_s + copies_s + first[0]
+    call_s = launch_s + copies_s + commit_s + first[0]
     if request.steps > 1:
         call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[5], cap, bw_of,
                                                    rate, latency)[0]
@@ -312,7 +319,8 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     return CostReport(LABEL, step_s * 1e3, request.tokens / step_s, floor_s * 1e3,
                       floor_s / step_s, hbm, floor_bytes, tuple(costs + steady_costs + tail),
                       events, request.steps, call_s * 1e3, launch_s * 1e3,
-                      copy_bytes=copied, copy_ms=copies_s * 1e3, walked=walked)
+                      copy_bytes=copied, copy_ms=copies_s * 1e3, commit_bytes=committed,
+                      commit_ms=commit_s * 1e3, walked=walked)
 
 
 def _walk_step(pre, stacks, head, credit, cap, bw_of, rate, latency):

@@ -17,7 +17,7 @@ from megakernel.compiler.buffers import Kind
 from megakernel.compiler.cost import COST
 from megakernel.compiler.layout import LANES, round_up
 from megakernel.compiler.plan_buffers import BUFFERS, OpLayout
-from megakernel.compiler.plan_operands import CONSTANTS
+from megakernel.compiler.plan_operands import CONSTANTS, UPDATES
 from megakernel.compiler.shard_rules import (SHARDING, LayerSharding, ShardRule, Split, StateShard,
                                              on_axis)
 from megakernel.errors import ShardingError
@@ -97,15 +97,40 @@ def _buffers(cx, node) -> OpLayout:
         key_heads=max(op.num_key_heads // cores, 1), value_heads=op.num_value_heads // cores,
         key_dim=op.key_dim, value_dim=op.value_dim, conv_kernel=op.conv_kernel,
         norm_eps=op.norm_eps, conv_dtype=cx.model.dtype.value, layers=cx.ss.count,
-        key_replication=rep)
+        key_replication=rep, steps=cx.request.steps)
     return OpLayout("gdn", g, gdn.buffers(g), Kind.STATE, values=gdn.value_bytes(g),
                     stack_lifetime=True)
 
 
+@UPDATES.register("gated_deltanet")
+def _updates(op, state: str, spec, layout, request, cores: int):
+    """Per layer and sequence: for a conv history, ``gdn.conv_rows`` rows (the
+    history before the call, then row Kc-1 + i*T + t for step i's token t);
+    for the recurrent state, per value head of this core, ``gdn.window`` rows
+    (row i*T + t) of its key, delta-rule update and the call's log-decays
+    summed up to the row."""
+    from megakernel.backends.pallas_tpu import gdn
+
+    w = gdn.window(request.tokens, request.steps)
+    if state != "recurrent":
+        c = gdn.conv_rows(op.conv_kernel, request.tokens, request.steps)
+        return ((request.batch, c, layout[-1]), spec.dtype.value,
+                f"per layer and sequence, {state} before the call, then the call's raw "
+                f"{state[-1]} rows (row Kc-1+i*T+t: step i, token t); the history after "
+                "the call is taken from it")
+    rows = "per layer and sequence, row i*T+t (step i, token t) of the call: "
+    return ((request.batch, op.num_value_heads // cores, w,
+             gdn.update_width(op.key_dim, op.value_dim)), "float32",
+            rows + "per value head, its key | delta-rule update | summed log-decay, "
+                   "committed as a low-rank update of the recurrent state after the call")
+
+
 @COST.register("gated_deltanet")
 def _cost(cx, node, ph: dict) -> dict:
-    """The state's HBM round trip (read ahead, written back behind: streaming
-    bytes like the ring's) and the recurrence's vector work (the library's count)."""
+    """The kernel's state traffic (the state read ahead, read only; the call's
+    update windows stored, and read back on a later step of a multi-step call:
+    streaming bytes like the ring's) and the vector work (the library's count).
+    The commit after the call is charged per call (cost.py)."""
     from megakernel.backends.pallas_tpu import gdn
 
     stream = next(s for s in cx.memory.states

@@ -77,24 +77,39 @@ class KVStream:
 @dataclass(frozen=True)
 class StateStream:
     """The whole-access states (``parts``, e.g. a conv history and a recurrent
-    state) of one node of stack ``stack``: every step reads each repetition's
-    slice from HBM into VMEM and writes it back. ``part_bytes``: bytes of one
-    repetition's slice of each part (a core's, as the kernel holds it)."""
+    state) of one node of stack ``stack``, read only in the kernel: every step
+    reads each repetition's slice from HBM into VMEM and stores the window of
+    the call's updates to its output (``new.<state>``), which a later step of
+    a multi-step call reads back; after the call the same jit commits the
+    updates into the state (backends/pallas_tpu/commit.py). ``part_bytes``:
+    bytes of one repetition's slice of each part (a core's, as the kernel
+    holds it); ``update_bytes``: one repetition's update windows, all parts."""
 
     stack: int
     node: str
     parts: tuple[str, ...]
     part_bytes: tuple[int, ...]
     count: int
+    update_bytes: int = 0
+    steps: int = 1
 
     @property
     def bytes_per_layer(self) -> int:
-        """HBM bytes one repetition moves: every part read once and written once."""
-        return 2 * sum(self.part_bytes)
+        """HBM bytes one repetition moves in the kernel per step (on average over
+        the call's steps): every part read, the update windows stored, and read
+        back on every step but the first."""
+        back = self.update_bytes * (self.steps - 1) // self.steps
+        return sum(self.part_bytes) + self.update_bytes + back
 
     @property
     def bytes_per_step(self) -> int:
         return self.count * self.bytes_per_layer
+
+    @property
+    def commit_bytes(self) -> int:
+        """HBM bytes of the commit after the call, once per call: every layer's
+        state read and written, and its update windows read."""
+        return self.count * (2 * sum(self.part_bytes) + self.update_bytes)
 
 
 @dataclass(frozen=True)
@@ -212,8 +227,10 @@ def kv_streams(model: Model, shard: ShardPlan, request: PlanRequest, kv_tile: in
     return tuple(out)
 
 
-def state_streams(model: Model, shard: ShardPlan, request: PlanRequest):
-    """One StateStream per node with whole-access state (``StateShard.access``)."""
+def state_streams(model: Model, shard: ShardPlan, request: PlanRequest, buffers=()):
+    """One StateStream per node with whole-access state (``StateShard.access``);
+    ``buffers``: the plan's, whose ``new.<state>`` outputs size the updates."""
+    outputs = {b.name: b for b in buffers}
     out = []
     for st, ss in zip(model.stacks, shard.stacks):
         for name in dict.fromkeys(s.node for s in ss.states if s.access == WHOLE):
@@ -221,7 +238,10 @@ def state_streams(model: Model, shard: ShardPlan, request: PlanRequest):
             mine = [s for s in ss.states if s.node == name and s.access == WHOLE]
             sizes = tuple(math.prod(s.layout(specs[s.name].shape)) * specs[s.name].dtype.itemsize
                           for s in mine)
-            out.append(StateStream(ss.stack, name, tuple(s.name for s in mine), sizes, st.count))
+            news = [outputs.get(f"new.s{ss.stack}.{name}.{s.name}") for s in mine]
+            updates = sum(math.prod(b.shape[1:]) * itemsize(b.dtype) for b in news if b)
+            out.append(StateStream(ss.stack, name, tuple(s.name for s in mine), sizes, st.count,
+                                   updates, request.steps))
     return tuple(out)
 
 
@@ -283,11 +303,12 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     values = values_bytes(ring.bank_rows * ring.bank_cols * itemsize(ring.dtype), ring.max_pieces,
                           max(layer_peak, head_peak))
     _collective_buffers(table, specs, points)
+    buffers = table.buffers()
     plan = MemoryPlan(g, rows, rows_p, points,
                       tuple(tuple(n.name for n in st.layer.nodes) for st in model.stacks),
-                      table.buffers(), operands, bindings, geometries, ring, stream, experts,
+                      buffers, operands, bindings, geometries, ring, stream, experts,
                       kv, values, target.vmem_budget, target.smem_bytes, target.hbm_bytes,
-                      state_streams(model, shard, request))
+                      state_streams(model, shard, request, buffers))
     if check:
         _check_capacity(plan, target)
     return plan

@@ -10,8 +10,11 @@ cache) is a read-only operand: the kernel returns each sequence's window of
 the call's new rows in an HBM output ``new.<cache>`` (after ``next_token``),
 written into the donated cache after the call in the same jit
 (backends/pallas_tpu/new_rows.py), because XLA copies every aliased operand
-of a communicating kernel in and out around each call. Whole-access state is
-aliased to an output (updated in place).
+of a communicating kernel in and out around each call. Whole-access state
+(Gated DeltaNet's conv histories and recurrent state) is read only as well:
+the kernel returns the call's updates in a small HBM output ``new.<state>``
+whose shape its op kind's ``UPDATES`` rule gives, committed into the donated
+state after the call in the same jit (backends/pallas_tpu/commit.py).
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ CONSTANTS: Registry = Registry("constant operand", "compiler/plan_operands.py")
 CONSTANTS.register("rmsnorm", "linear", "attention", "mlp", "moe", "add")(lambda op: {})
 CONSTANTS.register("rope")(lambda op: {"inv_freq": op.inv_freq().astype(np.float32)[None, :]})
 
+# One rule per op kind owning whole-access state: (op, state name, its
+# StateSpec, its per-core layout of one layer, request, cores) -> (shape of one layer's
+# update output, dtype, note): what the kernel returns of the call for that
+# state (its commit after the call: backends/pallas_tpu/commit.py).
+UPDATES: Registry = Registry("state update output", "compiler/kind_<name>.py",
+                             per_op_kind=False)
+
 
 def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
                     last: int) -> tuple[Operand, ...]:
@@ -38,14 +48,14 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
     out: list[Operand] = []
 
     def add(name, space, kind, shape, dtype, source, sharded, role, stack=None, note="",
-            words=False, new_rows=None):
+            words=False, new_rows=None, updates=None):
         element = None
         if words:          # streamed through the ring: 32-bit words, rows packed
             element, dtype = dtype, WORD
             shape = (*shape[:-2], word_rows(shape[-2], element), shape[-1])
             note = f"{note}; {element} packed as 32-bit words along rows"
         table.add(sized(name, space, kind, shape, dtype, *whole, note, role="operand"))
-        out.append(Operand(name, source, sharded, role, stack, element, new_rows))
+        out.append(Operand(name, source, sharded, role, stack, element, new_rows, updates))
 
     add("tokens", Space.SMEM, Kind.SCALARS, (request.rows,), "int32", "tokens", False, "step",
         note="token ids of the step's rows")
@@ -78,15 +88,21 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
                     "float32", f"{n.name}.{suffix}", False, "constant", ss.stack,
                     "constant table")
     windows = []        # (output name, shape, dtype, note) of each appended state
+    updates = []        # the same of each whole-access state (outputs after the windows)
     for st, ss in zip(model.stacks, shard.stacks):
         for s in ss.states:
             spec = st.layer.node(s.node).op.state(request.batch, model.max_seq_len,
                                                   model.dtype)[s.name]
             name, shape = f"s{ss.stack}.{s.node}.{s.name}", (ss.count, *s.layout(spec.shape))
             if s.access != APPEND:
+                op = st.layer.node(s.node).op
+                tail, dtype, text = UPDATES(op.kind, f"layers[{ss.stack}].{s.node}")(
+                    op, s.name, spec, shape[1:], request, shard.cores)
                 add(f"hbm.{name}", Space.HBM, Kind.HBM_CACHE, shape, spec.dtype.value,
                     f"{s.node}.{s.name}", True, "cache", ss.stack,
-                    f"{s.access} state, updated in place (aliased)")
+                    f"{s.access} state, read only (the call's updates come back in "
+                    f"new.{name}, committed after the call)", updates=f"new.{name}")
+                updates.append((f"new.{name}", (ss.count, *tail), dtype, text))
                 continue
             rows = append_window(request.tokens * request.steps, spec.dtype.value,
                                  model.max_seq_len)
@@ -103,7 +119,7 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
             "the last step's")
     table.add(sized("next_token", Space.VMEM, Kind.SCALARS, (rows_p, LANES), "int32", *whole,
                     note, role="output"))
-    for name, shape, dtype, text in windows:
+    for name, shape, dtype, text in windows + updates:
         table.add(sized(name, Space.HBM, Kind.HBM_OUTPUT, shape, dtype, *whole, text,
                         role="output"))
     return tuple(out)

@@ -52,7 +52,8 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
     out.append((f"Step time: {LABEL}", [
         f"modeled step time: {c.step_ms:.3f} ms per step",
         f"steps per call: {c.steps_per_call} (modeled call {c.call_ms:.3f} ms: launch "
-        f"{c.launch_ms:.3f} ms and XLA's copies {c.copy_ms:.3f} ms once, the steps' costs "
+        f"{c.launch_ms:.3f} ms, XLA's copies {c.copy_ms:.3f} ms and the state commit "
+        f"{c.commit_ms:.3f} ms once, the steps' costs "
         f"{c.steps_per_call} times)",
         f"XLA copies around the call: {_size(c.copy_bytes)} per core per call (modeled, "
         "compiler/xla_copies.py; `megakernel aot` lists the compiler's)",
@@ -125,7 +126,8 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
                     f"{k.tiles_per_seq} tiles per sequence for {k.read_tokens} valid tokens")
     out.append(("Ring geometry", ring))
     if m.states:
-        out.append(("Recurrent state (read and written whole every step)", _state_lines(plan, md)))
+        out.append(("Recurrent state (read only in the kernel; the call's updates committed "
+                    "after it)", _state_lines(plan, md)))
     rows = []
     for site in plan.collectives.sites:
         spec = plan.collectives.spec(site.spec)
@@ -152,20 +154,32 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
 
 
 def _state_lines(plan: Plan, md: bool) -> list[str]:
-    """Every whole-access state: each part's per-core slice in HBM (aliased,
-    updated in place) and the bytes one step moves for it."""
+    """Every whole-access state: each part's per-core slice in HBM (read only
+    in the kernel) and the bytes the kernel reads of it per step; the update
+    windows the kernel returns, and the commit after the call."""
     m = plan.memory
     rows = []
     for s in m.states:
         for part, nbytes in zip(s.parts, s.part_bytes):
             op = m.buffer(f"hbm.s{s.stack}.{s.node}.{part}")
+            new = m.buffer(f"new.s{s.stack}.{s.node}.{part}")
             rows.append((f"stack {s.stack} {s.node}.{part}", "x".join(map(str, op.shape[1:])),
-                         op.dtype, _size(nbytes), s.count, _size(2 * nbytes * s.count)))
+                         op.dtype, _size(nbytes), s.count, _size(nbytes * s.count),
+                         "x".join(map(str, new.shape[1:]))))
     total = sum(s.bytes_per_step for s in m.states)
+    commit = sum(s.commit_bytes for s in m.states)
+    back = (", read back on every later step of the call" if plan.request.steps > 1 else "")
     return _table(["state", "per core, per layer", "dtype", "bytes/layer", "layers",
-                   "HBM bytes/step (read+write)"], rows, md) + [
-        f"total per step per core: {_size(total)} ({total:,} bytes; every layer's state is "
-        "read into VMEM one repetition ahead and written back behind)"]
+                   "HBM read/step", "updates/layer"], rows, md) + [
+        f"kernel total per step per core: {_size(total)} ({total:,} bytes; every layer's "
+        "state is read into VMEM one repetition ahead and never written: the call's "
+        f"updates (the conv rows windows; per value head the key, delta-rule update "
+        f"and summed log-decay of each row) are "
+        f"stored to small outputs{back})",
+        f"commit after the call, in the same jit (backends/pallas_tpu/commit.py): "
+        f"{_size(commit)} per core per call ({commit:,} bytes: each state read and written "
+        "once, its updates read; the conv rows shifted in, the recurrent state "
+        "exp(G) S_0 + K^T U~ in float32)"]
 
 
 def _format_lines(plan: Plan, md: bool) -> list[str]:

@@ -8,9 +8,11 @@ on 2 cores, tiny-moe on 4, qwen3-8b on 4, docs/verification.md):
 
 - on 2 or more cores the kernel does remote DMAs, and XLA copies every output
   that leaves the jit out of the custom call's buffer (``next_token``) and
-  every aliased operand in: whole-access state (aliased, updated in place) is
-  copied in and out. Appended state is read only and its new rows feed the
-  in-place update inside the jit: neither is copied;
+  every aliased operand in. No state is aliased: appended and whole-access
+  state are read only, and the call's new rows / updates feed the in-place
+  commit inside the jit (backends/pallas_tpu/new_rows.py, commit.py), so
+  neither they nor the state are copied (a state operand without either
+  would be copied in and out);
 - one-element SMEM step operands (a batch of 1's token id and position, the
   end id) are copied (XLA lays a one-element array out otherwise).
 
@@ -37,7 +39,7 @@ def xla_copies(memory, cores: int) -> tuple[tuple[str, int], ...]:
         nbytes = math.prod(b.shape) * itemsize(b.dtype)
         if b.space == Space.SMEM and math.prod(b.shape) == 1:
             out.append((b.name, nbytes))
-        elif o.role == "cache" and not o.new_rows and cores > 1:
+        elif o.role == "cache" and not (o.new_rows or o.updates) and cores > 1:
             out.append((b.name, 2 * nbytes))             # copied in, and out as the output
     if cores > 1:
         b = buffers["next_token"]

@@ -277,6 +277,25 @@ def stack_body(c: StackCtx) -> list[str]:
     return lines[:at] + c.before + [""] + lines[at + 1:]
 
 
+def _state_update(model, plan, op, index: int) -> dict:
+    """The STATE_UPDATES entry of whole-access state operand ``op``: its input
+    index, update output's shape and dtype, and its kind's commit."""
+    from megakernel.backends.pallas_tpu import commit
+
+    node, state = op.source.rsplit(".", 1)
+    kind = model.stacks[op.stack].layer.node(node).op.kind
+    where = f"layers[{op.stack}].{node}"
+    fn, kwargs = commit.COMMITS(kind, where)(plan.memory.geometry_of(op.stack, node).geometry,
+                                            state)
+    if not callable(getattr(commit, fn, None)):
+        raise EmitError(f"commit {fn!r} of {where}.{state} is not a function of "
+                        "backends/pallas_tpu/commit.py", path=f"{where}.{state}")
+    args = ", ".join(f"{k}={literal(val)}" for k, val in kwargs.items())
+    buf = next(b for b in plan.memory.buffers if b.ident == op.updates)
+    return dict(input=index, name=op.updates, shape=literal(tuple(buf.shape)),
+                dtype=literal(buf.dtype), commit=f"lambda s, u, ran: cm.{fn}(s, u, ran, {args})")
+
+
 def mem_shape(plan, ident: str) -> tuple[int, ...]:
     """Declared shape of the plan buffer whose kernel identifier is ``ident``."""
     return tuple(next(b for b in plan.memory.buffers if b.ident == ident).shape)
@@ -294,14 +313,20 @@ def render(model, plan, *, synchronised: bool = False) -> str:
                         hint="plan with overrides allreduce='one_shot' and logits='argmax'")
     ctxs = [StackCtx(model, plan, s) for s in range(len(plan.shard.stacks))]
     ops = pack.operands(model, plan)
-    # Appended state is read only, its new rows returned (outputs 1..); the
-    # rest of the state is aliased to the outputs after them.
+    # State is read only: appended state's new rows are returned (outputs
+    # 1..), whole-access state's updates after them.
     appended = [i for i, o in enumerate(ops) if o.new_rows]
-    caches = [i for i, o in enumerate(ops) if o.role == "cache" and not o.new_rows]
+    whole = [i for i, o in enumerate(ops) if o.updates]
+    unread = [o.name for o in ops if o.role == "cache" and not (o.new_rows or o.updates)]
+    if unread:
+        raise EmitError(f"state operands {unread} have neither new rows nor updates",
+                        path="plan.operands", hint="give the kind an UPDATES rule "
+                        "(compiler/plan_operands.py)")
     news = [dict(input=i, name=ops[i].new_rows, shape=literal(mem_shape(plan, ops[i].new_rows)),
                  dtype=literal(ops[i].dtype), rows=literal(mem_shape(plan, ops[i].new_rows)[2]),
                  align=literal(layout.row_align(ops[i].dtype)),
                  seq=literal(ops[i].shape[2])) for i in appended]
+    updates = [_state_update(model, plan, ops[i], i) for i in whole]
     body = frame.prologue_lines(model, plan, ctxs)
     step = frame.step_begin_lines(model, plan) if plan.request.steps > 1 else []
     for c in ctxs:
@@ -328,14 +353,14 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         libraries=sorted({(m, a) for c in ctxs for m, a in c.libraries.items()}),
         inputs=[dict(name=o.name, shape=literal(tuple(o.shape)), dtype=literal(o.dtype),
                      space=literal(o.space)) for o in ops],
-        sharded=literal(tuple(o.sharded for o in ops)), cache_inputs=literal(tuple(caches)),
-        new_rows=news,
+        sharded=literal(tuple(o.sharded for o in ops)), new_rows=news, updates=updates,
+        max_seq_len=model.max_seq_len,
         segments=declare.segment_tables(plan, ctxs),
         segment_names=", ".join(f"S{c.s}_TILES" for c in ctxs) + ", HEAD_TILES",
         geometry_lines=declare.geometry_lines(plan), scratch=scratch,
-        n_inputs=len(ops), n_outputs=1 + len(appended) + len(caches),
-        input_names=", ".join(o.name + ("_in" if i in caches else "") for i, o in enumerate(ops)),
+        n_inputs=len(ops), n_outputs=1 + len(appended) + len(whole),
+        input_names=", ".join(o.name for o in ops),
         output_names=", ".join(["next_token"] + [ops[i].new_rows for i in appended]
-                               + [ops[i].name for i in caches]),
+                               + [ops[i].updates for i in whole]),
         scratch_names=", ".join(name for name, _, _ in scratch), body=body,
         collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised)

@@ -32,6 +32,7 @@ class Operand:
     role: str = "weight"   # weight | vector | ring | experts | cache | step
     element: str | None = None   # dtype carried as 32-bit words (the weight ring)
     new_rows: str | None = None  # appended state: the output identifier of its new rows
+    updates: str | None = None   # whole-access state: the output identifier of its updates
 
 
 def ident(text: str) -> str:
@@ -45,8 +46,9 @@ def operands(model: Model, plan) -> list[Operand]:
     for o in mem.operands:
         b = mem.buffer(o.buffer)
         rows = mem.buffer(o.new_rows).ident if o.new_rows else None
+        updates = mem.buffer(o.updates).ident if o.updates else None
         out.append(Operand(b.ident, o.source, b.shape, b.dtype, b.space.value, o.sharded,
-                           o.stack, o.role, o.element, rows))
+                           o.stack, o.role, o.element, rows, updates))
     return out
 
 

@@ -11,13 +11,15 @@ were aliased: XLA copied them in and out). qwen3-32b on 8 cores at N=16
 (slow, 119 s to compile on the shared machine): 4,112 bytes per core per call
 (was 257.3 MiB), VMEM 49.70 MiB compiled vs 49.67 MiB planned. The tiny hybrid
 of tests/backends/test_gdn_op.py (bf16, 2 cores, batch 2, N=4: Gated
-DeltaNet's stop rule, a store under a scalar condition per sequence) compiles
-in 6.6 s, VMEM 2.18 MiB compiled vs 2.60 MiB planned; its Gated DeltaNet
-states are whole-access, aliased, and copied in and out: 219,140 bytes per
-core per call with next_token and the end id, the cost model's figure
-(compiler/xla_copies.py, which --steps-per-call auto charges,
-compiler/choose_steps.py; was 0.43 MiB while the KV caches were aliased and
-the operands in XLA's default layouts).
+DeltaNet's state rebuilt each step from the state before the call and the
+call's update rows, a matmul of the window's keys and updates) compiles in
+2.9 s, VMEM 2.39 MiB compiled vs 2.76 MiB planned; its state is read only and
+its updates committed in the jit (backends/pallas_tpu/commit.py), so XLA
+copies 4,100 bytes per core per call (next_token and the end id), the cost
+model's figure (compiler/xla_copies.py, which --steps-per-call auto charges,
+compiler/choose_steps.py; 219,140 bytes while the states were aliased and
+copied in and out, 0.43 MiB while the KV caches were too and the operands in
+XLA's default layouts).
 """
 
 import dataclasses
@@ -68,9 +70,9 @@ def test_hybrid_steps_compile_and_copy_the_modeled_states(tmp_path):
     backend.compile_model(model, plan, out)
     res = backend.aot_compile(out, plan, topology="tpu7x:2x2x1")
     assert res.vmem_used_bytes <= res.vmem_limit_bytes, res.summary()
-    # the states in and out, next_token and the step scalars: the cost model's
-    # copies (compiler/xla_copies.py), which the choice of N charges
-    assert plan.cost.copy_bytes == res.copy_bytes, res.summary()
+    # next_token and the step scalars only (the state is read only, its updates
+    # committed in the jit): the cost model's copies (compiler/xla_copies.py)
+    assert plan.cost.copy_bytes == res.copy_bytes <= MIB, res.summary()
 
 
 @pytest.mark.slow
