@@ -27,8 +27,9 @@ bytes per core per call (the two one-element step scalars and next_token; was
 36.7 MiB while the state was aliased), the cost model's figure; VMEM 47.03
 MiB by the compiler against 47.36 MiB planned (was 50.24 / 50.57: the
 write-back half of the state traffic is gone, the update windows added). The
-depth ratio held when run alone (3 min 49 s for the test); run beside other
-work the full compile took 210 s against 129 s for two periods."""
+timed depth ratio (since replaced by the source-shape check) held when run
+alone; beside other work the full compile took 210 s against 129 s for two
+periods, one more reason not to time it in every run."""
 
 import pytest
 
