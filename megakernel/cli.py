@@ -64,7 +64,7 @@ def compile_into(out_dir: str, args, model=None):
 def check_line(result) -> str:
     """One readable line for a CheckResult."""
     verdict = "PASS" if result.ok else "FAIL"
-    ties = getattr(result, "near_ties", 0)
+    ties = result.near_ties
     tied = f" (the rest {ties} near-tie(s) within the logit error)" if ties else ""
     return (f"{verdict}: {result.steps} step(s), tokens agree {result.token_agreement:.0%}{tied}, "
             f"max |logits - reference| {result.max_abs_err:.2e} (tolerance "
