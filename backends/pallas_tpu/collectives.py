@@ -8,6 +8,14 @@ bit-identical result; pad rows come back as zeros (what the embedding gives
 them). Slots are double-buffered by the parity of the collective's sequence
 number: a peer cannot start collective n+2 (same parity) before this core has
 finished n, so the layer loop needs no barrier.
+
+``local=True`` (the generated kernel's ``LOCAL_COLLECTIVES``) builds the same
+collectives for libtpu's static profile only, never to run: libtpu's profile
+pass cannot pair a wait with a DMA a peer issued ("No DMA issue node found for
+sync flag") and aborts on every multi-core kernel. Each link to peer p becomes
+a local DMA of the same bytes into this core's slot p, on the semaphore the
+peer's DMA would signal; the sums read the same slots. The core's work (DMA
+issue, waits, casts and sums) is the kernel's; the data is not.
 """
 
 from __future__ import annotations
@@ -17,8 +25,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 
-def barrier(me, n):
+def barrier(me, n, local=False):
     """Every peer is inside the kernel before anyone writes to its VMEM."""
+    if local:           # no peer to wait for in a profile
+        return
     sem = pltpu.get_barrier_semaphore()
     for j in range(n):
         @pl.when(me != j)
@@ -43,19 +53,39 @@ def _sum_f32(slot, n):
     return acc
 
 
-def all_reduce(x, slots, send_sems, recv_sems, parity, me, n):
+class _Local:
+    """A link to a peer built as a local DMA (``local=True``, profiles only)."""
+
+    def __init__(self, src, dst, sem):
+        self.copy = pltpu.make_async_copy(src, dst, sem)
+
+    def start(self):
+        self.copy.start()
+
+    def wait_recv(self):
+        self.copy.wait()
+
+    def wait_send(self):
+        """The local DMA's one wait is ``wait_recv``'s."""
+
+
+def all_reduce(x, slots, send_sems, recv_sems, parity, me, n, local=False):
     """One-shot all-reduce of x [rows_padded, H] f32 through slots
     [2, n, rows, H]: the valid rows to every peer's slots[parity, me], then
     the f32 sum of slots[parity, 0..n-1] in rank order."""
     rows = slots.shape[2]
 
     def push(j):
+        if local:
+            return _Local(slots.at[parity, me], slots.at[parity, j], recv_sems.at[parity, j])
         return pltpu.make_async_remote_copy(
             src_ref=slots.at[parity, me], dst_ref=slots.at[parity, me],
             send_sem=send_sems.at[parity, j], recv_sem=recv_sems.at[parity, me],
             device_id={"x": j})
 
     def incoming(j):
+        if local:
+            return push(j)
         return pltpu.make_async_remote_copy(
             src_ref=slots.at[parity, j], dst_ref=slots.at[parity, j],
             send_sem=send_sems.at[parity, j], recv_sem=recv_sems.at[parity, j],
@@ -69,6 +99,11 @@ def all_reduce(x, slots, send_sems, recv_sems, parity, me, n):
     return _pad_rows(acc, x.shape[0])
 
 
+def _peer(a, b):
+    """The peer of a link between this core (its traced id) and rank a or b."""
+    return b if isinstance(b, int) else a
+
+
 def _each_peer(me, n, fn):
     for j in range(n):
         @pl.when(me != j)
@@ -76,7 +111,8 @@ def _each_peer(me, n, fn):
             fn(j)
 
 
-def all_reduce_rs_ag(x, stage, rs_slots, ag_slots, send_sems, recv_sems, parity, me, n):
+def all_reduce_rs_ag(x, stage, rs_slots, ag_slots, send_sems, recv_sems, parity, me, n,
+                     local=False):
     """Reduce-scatter + all-gather all-reduce of x [rows_padded, H] f32 (H =
     n chunks of whole lane groups), valid rows only. Phase 0: chunk j of the
     partial to core j's rs_slots[par, me]; core c sums its chunk in f32 in
@@ -86,12 +122,20 @@ def all_reduce_rs_ag(x, stage, rs_slots, ag_slots, send_sems, recv_sems, parity,
     rows, chunk = rs_slots.shape[2], rs_slots.shape[-1]
 
     def scatter(j, src):   # src's chunk j -> core j's rs_slots[par, src]
+        if local:          # the link's peer p: chunk p -> this core's rs_slots[par, p]
+            p = _peer(j, src)
+            return _Local(stage.at[parity, :, pl.ds(p * chunk, chunk)], rs_slots.at[parity, p],
+                          recv_sems.at[parity, 0, p])
         return pltpu.make_async_remote_copy(
             src_ref=stage.at[parity, :, pl.ds(j * chunk, chunk)],
             dst_ref=rs_slots.at[parity, src], send_sem=send_sems.at[parity, 0, j],
             recv_sem=recv_sems.at[parity, 0, src], device_id={"x": j})
 
     def gather(j, src):    # src's reduced chunk -> core j's ag_slots[par, src]
+        if local:
+            p = _peer(j, src)
+            return _Local(ag_slots.at[parity, me], ag_slots.at[parity, p],
+                          recv_sems.at[parity, 1, p])
         return pltpu.make_async_remote_copy(
             src_ref=ag_slots.at[parity, src], dst_ref=ag_slots.at[parity, src],
             send_sem=send_sems.at[parity, 1, j], recv_sem=recv_sems.at[parity, 1, src],
@@ -122,7 +166,7 @@ def merge_argmax(best, cand):
     return jnp.where(take, cm, bm), jnp.where(take, ci, bi)
 
 
-def exchange_argmax(m, idx, values, indices, sems, me, n):
+def exchange_argmax(m, idx, values, indices, sems, me, n, local=False):
     """Distributed argmax of the valid rows: every core's (max, global index)
     [rows_padded, 1] to every peer's values/indices[me] ([n, rows, lanes]);
     the lowest rank wins ties (= lowest vocab index). Pad rows return 0."""
@@ -131,6 +175,10 @@ def exchange_argmax(m, idx, values, indices, sems, me, n):
     indices[me] = jnp.broadcast_to(idx[:rows], (rows, lanes))
 
     def copies(j, src):
+        if local:
+            p = _peer(j, src)
+            return [_Local(buf.at[me], buf.at[p], sems.at[1, i, p])
+                    for i, buf in enumerate((values, indices))]
         return [pltpu.make_async_remote_copy(
             src_ref=buf.at[src], dst_ref=buf.at[src], send_sem=sems.at[0, i, j],
             recv_sem=sems.at[1, i, src], device_id={"x": j})

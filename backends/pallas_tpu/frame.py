@@ -26,9 +26,10 @@ def allreduce_call(plan, x: str, parity: str, site: str) -> str:
     b = lambda name: _ident(plan, f"allreduce.{name}")  # noqa: E731
     if allreduce_algorithm(plan) == "one_shot":
         return (f"{x} = rt.all_reduce({x}, {b('slots')}, {b('send_sems')}, {b('recv_sems')}, "
-                f"{parity}, me, NUM_CORES)  # {site}")
+                f"{parity}, me, NUM_CORES, local=LOCAL_COLLECTIVES)  # {site}")
     return (f"{x} = rt.all_reduce_rs_ag({x}, {b('stage')}, {b('rs_slots')}, {b('ag_slots')}, "
-            f"{b('send_sems')}, {b('recv_sems')}, {parity}, me, NUM_CORES)  # {site}")
+            f"{b('send_sems')}, {b('recv_sems')}, {parity}, me, NUM_CORES, "
+            f"local=LOCAL_COLLECTIVES)  # {site}")
 
 
 def prologue_lines(model, plan, ctxs) -> list[str]:
@@ -49,7 +50,8 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
         for node, ep, tp, _, _ in c.shard.experts:
             lines.append(f"expert_base_s{c.s}_{node} = (me // {literal(tp)}) % {literal(ep)}")
     if n > 1:
-        lines.append("rt.barrier(me, NUM_CORES)   # peers are in the kernel before remote writes")
+        lines.append("rt.barrier(me, NUM_CORES, local=LOCAL_COLLECTIVES)   # peers are in the "
+                     "kernel before remote writes")
     return lines if multi else lines + _embed_lines(model, plan, "tokens")
 
 
@@ -120,7 +122,7 @@ def epilogue_lines(model, plan) -> list[str]:
     if n > 1:
         b = lambda name: _ident(plan, f"argmax.{name}")  # noqa: E731
         lines.append(f"m, idx = rt.exchange_argmax(m, idx, {b('values')}, {b('indices')}, "
-                     f"{b('sems')}, me, NUM_CORES)")
+                     f"{b('sems')}, me, NUM_CORES, local=LOCAL_COLLECTIVES)")
     if plan.request.steps == 1:
         return lines + ["next_token[...] = jnp.broadcast_to(idx, (ROWS_PADDED, 128))"]
     b = lambda name: _ident(plan, f"step.{name}")  # noqa: E731

@@ -143,6 +143,10 @@ def main(argv: list[str]) -> int:
             # flag") on the window DMAs started a layer ahead; the op's own
             # order is the same core work, its waits merely not hidden.
             module.APPENDED_SYNC = True
+            # It aborts on every multi-core kernel too, on the waits for peers'
+            # DMAs: each collective's links become local DMAs of the same bytes
+            # (collectives.py), the core work of the kernel's own side.
+            module.LOCAL_COLLECTIVES = True
             backend.aot_compile(module, plan, topology=topology, write_back=False)
         out[depth] = static_profile.read(dump, "").breakdown
         print(f"{depth} layers: {out[depth]}", file=sys.stderr, flush=True)

@@ -74,7 +74,11 @@ def run_child(module: str, args: list[str], dump_dir: str, timeout: float,
                         path=f"profile.{module}", hint=hint) from None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        errors = [ln for ln in proc.stderr.splitlines() if "Error" in ln]
+        # libtpu's fatal line ("F... failed: ...") names the cause; earlier
+        # "Error" lines can be its start-up warnings about worker hostnames.
+        stderr = proc.stderr.splitlines()
+        errors = ([ln for ln in stderr if re.match(r"F\d{4} ", ln)]
+                  or [ln for ln in stderr if "Error" in ln])
         raise EmitError(f"profiled compile exited {proc.returncode}: "
                         f"{(errors or [proc.stderr.strip()[-400:]])[-1][:600]}",
                         path=f"profile.{module}", hint=hint)
