@@ -222,7 +222,7 @@ def kv_streams(model: Model, shard: ShardPlan, request: PlanRequest, kv_tile: in
             if n < valid:
                 tiles = min(tiles, -(-n // kv_tile) + 1)   # the window may straddle a tile edge
             out.append(KVStream(ss.stack, name, tuple(s.name for s in mine), kv_tile,
-                                layout[-1], (st.count, *layout), n, tiles, request.batch,
+                                layout[-1], (ss.reps(name), *layout), n, tiles, request.batch,
                                 dtype))
     return tuple(out)
 
@@ -240,7 +240,7 @@ def state_streams(model: Model, shard: ShardPlan, request: PlanRequest, buffers=
                           for s in mine)
             news = [outputs.get(f"new.s{ss.stack}.{name}.{s.name}") for s in mine]
             updates = sum(math.prod(b.shape[1:]) * itemsize(b.dtype) for b in news if b)
-            out.append(StateStream(ss.stack, name, tuple(s.name for s in mine), sizes, st.count,
+            out.append(StateStream(ss.stack, name, tuple(s.name for s in mine), sizes, ss.reps(name),
                                    updates, request.steps))
     return tuple(out)
 

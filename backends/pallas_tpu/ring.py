@@ -93,16 +93,46 @@ class Words:
 @dataclass(frozen=True)
 class Segment:
     """The ring tiles of one stack layer (``count`` layers) or of the LM head
-    (``count`` = 1, unlayered)."""
+    (``count`` = 1, unlayered). A stack whose body repeats layers has
+    ``runs``: (first tile, tiles, layers) of each run of its body, ``tiles``
+    holding one copy of each run's layer; a repetition streams each run's
+    tiles once per layer of the run, and a run's tiles are read at its
+    run-layer index (repetition k // layers, layer k % layers)."""
 
     offset: int
     count: int
     tiles: tuple[Tile, ...]
     layered: bool = True
+    runs: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def per_rep(self) -> int:
+        """Tiles of one repetition."""
+        return sum(n * c for _, n, c in self.runs) if self.runs else len(self.tiles)
 
     @property
     def end(self) -> int:
-        return self.offset + self.count * len(self.tiles)
+        return self.offset + self.count * self.per_rep
+
+    def run_at(self, j: int) -> tuple[int, int, int, int]:
+        """(first tile, tiles, layers, first place in a repetition) of the
+        run holding tile ``j``."""
+        off = 0
+        for t0, n, c in self.runs:
+            if t0 <= j < t0 + n:
+                return t0, n, c, off
+            off += n * c
+        raise IndexError(j)
+
+    def at(self, place: int) -> tuple[int, int, int]:
+        """(run layers, run layer, tile) of static place ``place`` of a repetition."""
+        off = 0
+        for t0, n, c in self.runs:
+            if place < off + n * c:
+                i, jj = divmod(place - off, n)
+                return c, i, t0 + jj
+            off += n * c
+        raise IndexError(place)
 
 
 class Stream:
@@ -165,12 +195,16 @@ class Stream:
 
     def _static(self, flat):
         """(segment, layer, tile) of a static flat index (of the next step past
-        the total)."""
+        the total); a run's layer is its run-layer index."""
         flat = flat % self.total()
         for s, seg in enumerate(self.segments):
             if flat < seg.end:
-                k, j = divmod(flat - seg.offset, len(seg.tiles))
-                return s, k, j
+                if not seg.runs:
+                    k, j = divmod(flat - seg.offset, len(seg.tiles))
+                    return s, k, j
+                rep, place = divmod(flat - seg.offset, seg.per_rep)
+                c, i, j = seg.at(place)
+                return s, rep * c + i, j
         raise IndexError(flat)
 
     def _start_static(self, flat):
@@ -205,8 +239,15 @@ class Stream:
             self._copy(s, k, j, self.flat(s, k, j)).start()
 
     def flat(self, s, k, j):
+        """Flat index of tile j of layer k of segment s (of a run's layer:
+        k is its run-layer index)."""
         seg = self.segments[s]
-        return seg.offset + k * len(seg.tiles) + j
+        if not seg.runs:
+            return seg.offset + k * len(seg.tiles) + j
+        t0, n, c, off = seg.run_at(j)
+        if c == 1:
+            return seg.offset + k * seg.per_rep + off + j - t0
+        return seg.offset + (k // c) * seg.per_rep + off + (k % c) * n + j - t0
 
     def consume(self, s, k, j, fn):
         """Tile j of layer k of segment s: return ``fn(pieces)`` with pieces
@@ -269,6 +310,9 @@ class Stream:
         if not seg.layered:          # head: k is static
             self._start_static(seg.offset + j + self.R)
             return
+        if seg.runs:
+            self._refill_run(s, k, j)
+            return
         flat = self.flat(s, k, j) + self.R
         if ahead == 0:
             self._copy(s, k, j2, flat).start()
@@ -294,6 +338,60 @@ class Stream:
             @pl.when(k == seg.count - ahead + m)
             def _():
                 self._start_static(seg.end + e)
+
+
+    def _refill_run(self, s, k, j):
+        """``_refill`` in a segment with runs: tile j of run-layer k (layer
+        i = k % c of a run of c layers, repetition k // c) starts flat + R.
+        In this run, one dynamic guard (i + a < c) while the target stays in
+        it; past the run's last layer, the target's tile is static for each
+        i, so one start per such i (guarded by i, and by the repetition
+        while inside the stack; one per repetition offset past its end)."""
+        seg, R = self.segments[s], self.R
+        t0, n, c, off = seg.run_at(j)
+        jj, flat = j - t0, self.flat(s, k, j) + R
+        ahead, j2 = divmod(jj + R, n)
+        if ahead == 0:
+            self._copy(s, k, t0 + j2, flat).start()
+            return
+        i, rep = (k % c, k // c) if c > 1 else (0, k)
+        if ahead < c:
+
+            @pl.when(i + ahead < c)
+            def _():
+                self._copy(s, k + ahead, t0 + j2, flat).start()
+
+        after = R if self.steps > 1 else min(R, self.total() - seg.end)
+        for i0 in range(max(0, c - ahead), c):
+            q, place = divmod(off + i0 * n + jj + R, seg.per_rep)
+            c2, i2, j3 = seg.at(place)
+            mine = [i == i0] if c > 1 else []
+            if q == 0:
+                _when(mine, lambda: self._copy(s, rep * c2 + i2, j3, flat).start())
+                continue
+            _when(mine + [rep + q < seg.count],
+                  lambda: self._copy(s, (rep + q) * c2 + i2, j3, flat).start())
+            # Past this stack: repetition count + m - q reaches flat place
+            # seg.end + m * per_rep + place (static).
+            for m in range(q):
+                e = m * seg.per_rep + place
+                if e >= after:
+                    break
+                if seg.count - q + m < 0:
+                    continue
+                _when(mine + [rep == seg.count - q + m],
+                      lambda e=e: self._start_static(seg.end + e))
+
+
+def _when(conds, fn):
+    """``fn()`` under the conjunction of traced ``conds`` (none: always)."""
+    if not conds:
+        fn()
+        return
+    cond = conds[0]
+    for more in conds[1:]:
+        cond = jnp.logical_and(cond, more)
+    pl.when(cond)(fn)
 
 
 def _arriving(copies, pieces, dsts, dtype):
@@ -350,12 +448,15 @@ class Vectors:
     """Per-layer vectors of one stack, double-buffered by layer parity:
     hbm[i] is [L, 1, n_i], buf[i] is [2, 1, n_i], sems is [2, len]."""
 
-    def __init__(self, hbm, bufs, sems, sync=False):
+    def __init__(self, hbm, bufs, sems, sync=False, first=0):
         self.hbm, self.bufs, self.sems, self.sync = hbm, bufs, sems, sync
+        # Several runs of a stack each have their vectors in flight at once:
+        # each uses its own semaphores, from ``first``.
+        self.first = first
 
     def _copies(self, k):
         p = k % 2
-        return [pltpu.make_async_copy(h.at[k], b.at[p], self.sems.at[p, i])
+        return [pltpu.make_async_copy(h.at[k], b.at[p], self.sems.at[p, self.first + i])
                 for i, (h, b) in enumerate(zip(self.hbm, self.bufs))]
 
     def start(self, k):

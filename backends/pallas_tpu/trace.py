@@ -166,6 +166,6 @@ def plan_weight_bytes(plan) -> dict[str, int]:
     """The plan's per-core HBM weight bytes of one step, by channel."""
     stream = plan.memory.stream
     ring = sum(st.count * st.bytes_per_layer for st in stream.stacks) + stream.head_bytes
-    vector = sum(ss.count * int(np.prod(p.shape)) * dtypes.of(p.dtype).bits // 8
+    vector = sum(ss.reps(p.name) * int(np.prod(p.shape)) * dtypes.of(p.dtype).bits // 8
                  for ss in plan.shard.stacks for p in ss.params if p.channel == "vector")
     return {"ring": ring, "vector": vector}
