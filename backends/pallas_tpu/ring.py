@@ -30,6 +30,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel import dtypes
+from megakernel.backends.pallas_tpu.ring_runs import refill_run
 from megakernel.errors import EmitError
 
 
@@ -310,8 +311,8 @@ class Stream:
         if not seg.layered:          # head: k is static
             self._start_static(seg.offset + j + self.R)
             return
-        if seg.runs:
-            self._refill_run(s, k, j)
+        if seg.runs:             # a body with runs of equal layers
+            refill_run(self, s, k, j)
             return
         flat = self.flat(s, k, j) + self.R
         if ahead == 0:
@@ -338,60 +339,6 @@ class Stream:
             @pl.when(k == seg.count - ahead + m)
             def _():
                 self._start_static(seg.end + e)
-
-
-    def _refill_run(self, s, k, j):
-        """``_refill`` in a segment with runs: tile j of run-layer k (layer
-        i = k % c of a run of c layers, repetition k // c) starts flat + R.
-        In this run, one dynamic guard (i + a < c) while the target stays in
-        it; past the run's last layer, the target's tile is static for each
-        i, so one start per such i (guarded by i, and by the repetition
-        while inside the stack; one per repetition offset past its end)."""
-        seg, R = self.segments[s], self.R
-        t0, n, c, off = seg.run_at(j)
-        jj, flat = j - t0, self.flat(s, k, j) + R
-        ahead, j2 = divmod(jj + R, n)
-        if ahead == 0:
-            self._copy(s, k, t0 + j2, flat).start()
-            return
-        i, rep = (k % c, k // c) if c > 1 else (0, k)
-        if ahead < c:
-
-            @pl.when(i + ahead < c)
-            def _():
-                self._copy(s, k + ahead, t0 + j2, flat).start()
-
-        after = R if self.steps > 1 else min(R, self.total() - seg.end)
-        for i0 in range(max(0, c - ahead), c):
-            q, place = divmod(off + i0 * n + jj + R, seg.per_rep)
-            c2, i2, j3 = seg.at(place)
-            mine = [i == i0] if c > 1 else []
-            if q == 0:
-                _when(mine, lambda: self._copy(s, rep * c2 + i2, j3, flat).start())
-                continue
-            _when(mine + [rep + q < seg.count],
-                  lambda: self._copy(s, (rep + q) * c2 + i2, j3, flat).start())
-            # Past this stack: repetition count + m - q reaches flat place
-            # seg.end + m * per_rep + place (static).
-            for m in range(q):
-                e = m * seg.per_rep + place
-                if e >= after:
-                    break
-                if seg.count - q + m < 0:
-                    continue
-                _when(mine + [rep == seg.count - q + m],
-                      lambda e=e: self._start_static(seg.end + e))
-
-
-def _when(conds, fn):
-    """``fn()`` under the conjunction of traced ``conds`` (none: always)."""
-    if not conds:
-        fn()
-        return
-    cond = conds[0]
-    for more in conds[1:]:
-        cond = jnp.logical_and(cond, more)
-    pl.when(cond)(fn)
 
 
 def _arriving(copies, pieces, dsts, dtype):
