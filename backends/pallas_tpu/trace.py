@@ -60,7 +60,8 @@ class TraceResult:
         return sum(k.get(x, 0) for x in ("ring", "vector", "embed", "experts"))
 
 
-_KINDS = (("Stream.", "ring"), ("Vectors.", "vector"), ("gather_embedding", "embed"),
+_KINDS = (("Stream.", "ring"), ("ring_runs.py", "ring"), ("Vectors.", "vector"),
+          ("gather_embedding", "embed"),
           ("attention.py", "kv"), ("new_rows.py", "kv"), ("mla_cache.py", "kv"),
           ("moe.py", "experts"), ("gdn.py", "state"))
 
