@@ -30,7 +30,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel import dtypes
-from megakernel.backends.pallas_tpu.ring_runs import refill_run
+from megakernel.backends.pallas_tpu.ring_runs import quotient, refill_run
 from megakernel.errors import EmitError
 
 
@@ -248,7 +248,8 @@ class Stream:
         t0, n, c, off = seg.run_at(j)
         if c == 1:
             return seg.offset + k * seg.per_rep + off + j - t0
-        return seg.offset + (k // c) * seg.per_rep + off + (k % c) * n + j - t0
+        # (k // c) * per_rep + (k % c) * n, with one division (k >= 0)
+        return seg.offset + k * n + quotient(k, c) * (seg.per_rep - c * n) + off + j - t0
 
     def consume(self, s, k, j, fn):
         """Tile j of layer k of segment s: return ``fn(pieces)`` with pieces

@@ -12,6 +12,7 @@ per case, each under the guard that selects it.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
@@ -30,7 +31,8 @@ def refill_run(stream, s, k, j):
     if ahead == 0:
         stream._copy(s, k, t0 + j2, flat).start()
         return
-    i, rep = (k % c, k // c) if c > 1 else (0, k)
+    rep = quotient(k, c) if c > 1 else k
+    i = k - rep * c
     if ahead < c:
 
         @pl.when(i + ahead < c)
@@ -68,3 +70,9 @@ def _when(conds, fn):
     for more in conds[1:]:
         cond = jnp.logical_and(cond, more)
     pl.when(cond)(fn)
+
+
+def quotient(k, c: int):
+    """k // c of a run-layer index k >= 0 (traced or not): a truncating
+    division, one op where ``//`` corrects for negative operands."""
+    return k // c if isinstance(k, int) else jax.lax.div(k, jnp.int32(c))
