@@ -301,7 +301,8 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     # The head holds the normed hidden state and a few logits blocks as values.
     head_peak = 4 * rows_p * (model.hidden_size + 3 * stream.head_block)
     values = values_bytes(ring.bank_rows * ring.bank_cols * itemsize(ring.dtype), ring.max_pieces,
-                          max(layer_peak, head_peak))
+                          max(layer_peak, head_peak),
+                          run_loops=any(c > 1 for st in model.stacks for _, c in st.runs))
     _collective_buffers(table, specs, points)
     buffers = table.buffers()
     plan = MemoryPlan(g, rows, rows_p, points,
