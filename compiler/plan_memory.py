@@ -200,6 +200,14 @@ def program_points(model: Model, shard: ShardPlan) -> tuple[Point, ...]:
     return tuple(Point(i, label, s, n) for i, (label, s, n) in enumerate(labels))
 
 
+def _dense_run_loops(model: Model) -> bool:
+    """Whether a stack loops over a run of body layers with a dense MLP
+    (layout.RUN_LOOP_VALUES)."""
+    return any(c > 1 and any(n.op.kind == "mlp" and n.name.startswith(f"l{first}_")
+                             for n in st.layer.nodes)
+               for st in model.stacks for first, c in st.runs)
+
+
 def kv_streams(model: Model, shard: ShardPlan, request: PlanRequest, kv_tile: int):
     """One KVStream per node with appended state (``StateShard.access``)."""
     out = []
@@ -302,7 +310,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     head_peak = 4 * rows_p * (model.hidden_size + 3 * stream.head_block)
     values = values_bytes(ring.bank_rows * ring.bank_cols * itemsize(ring.dtype), ring.max_pieces,
                           max(layer_peak, head_peak),
-                          run_loops=any(c > 1 for st in model.stacks for _, c in st.runs))
+                          run_loops=_dense_run_loops(model))
     _collective_buffers(table, specs, points)
     buffers = table.buffers()
     plan = MemoryPlan(g, rows, rows_p, points,

@@ -9,11 +9,11 @@ the one-period cut has (tests/backends/test_emit.py checks the source, line
 for line but for numbers). The times are measured once rather than in every
 run (a second full-size compile here cost 1-2 minutes of the suite).
 
-Measured 2026-12-04 (libtpu 0.0.51, shared 2-core CPU, load 1.4-2.2, each
-compile alone of this session's work; `megakernel aot`'s "compiled in"):
-64 layers 60.8 and 58.8 s; cut to one period (4 layers) 35.6 and 37.0 s:
-1.65x. Before the runs were looped the 64 layers took 110.5 s under the same
-conditions (3.0x; 63-72 s against 24.5 s when the machine was idle, 2.7x).
+Measured 2026-12-04 (libtpu 0.0.51, shared 2-core CPU at load 0.9-2.2, no
+other compile of this session beside; `megakernel aot`'s "compiled in"): 64
+layers 58.8-63.8 s over four runs, cut to one period (4 layers) 34.1-37.0 s
+over four: 1.7x. Before the runs were looped, the 64 layers took 110.5 s
+beside them (3.0x; 63-72 s against 24.5 s on an idle machine, 2.7x).
 What is left is not code size (the kernels' jaxprs are 37.6k and 35.4k
 equations): the cut's attention layer is a loop of ONE repetition, which
 Mosaic folds to straight-line code with its layer index 0 (every next-layer
@@ -22,15 +22,17 @@ loop's trip count made opaque compiles in 51.2 s (1.4x). libtpu's profile
 (perf, 3,961 samples against 2,139) puts the extra time in its
 per-basic-block LLO passes (alias analysis under bundle packing, the
 dependency graph, the scheduler, the coalescers: 2.1-2.6x the cut's
-samples), not in Mosaic's MLIR passes (1.37x). So issue 11's
-1.3x is not met: 1.65x, from 2.7-3.0x.
+samples), not in Mosaic's MLIR passes (1.37x). So issue 11's 1.3x is not
+met: 1.7x, from 2.7-3.0x.
 
-VMEM by the compiler against the plan: 45.96 MiB against 45.26 (+0.70; the
-one-period cut 45.70 against 45.18). One set of GDN buffers for the run
-replaces three: the plan is 2.10 MiB smaller than with the 4 layers
-unrolled (47.36 MiB planned, 47.03 compiled). The plan was 1.07 MiB high
-while it sized the Gated DeltaNet layers' 3-row conv history and 4-row conv
-taps as 16-row bf16 tiles (Mosaic gives a short scratch array a short tile,
+VMEM by the compiler against the plan: 45.96 MiB against 46.04 (-0.08; the
+one-period cut 45.70 against 45.18; at 4 steps per call 46.00 against
+46.08). One set of GDN buffers for the run replaces three: 2.10 MiB less
+declared than with the 4 layers unrolled (47.36 MiB planned, 47.03
+compiled), but the nested loop holds about 1 MiB more values
+(layout.RUN_LOOP_VALUES). The plan was 1.07 MiB high while it sized the
+Gated DeltaNet layers' 3-row conv history and 4-row conv taps as 16-row
+bf16 tiles (Mosaic gives a short scratch array a short tile,
 layout.scratch_bytes) and its values model charged 23 KiB per folded ring
 piece (40 here); 2.7 MiB high while it padded one-row arrays to 16 rows.
 
