@@ -48,6 +48,8 @@ def _header(c: StackCtx) -> str:
 
 
 def stack_body(c: StackCtx) -> list[str]:
+    """The source lines of stack ``c``: its vectors' double buffers, the
+    lines its emitters need before the loop, the loop, the lines after it."""
     if c.shard.runs:
         return _run_stack_body(c)
     s, count = c.s, c.shard.count
@@ -83,7 +85,7 @@ def _run_stack_body(c: StackCtx) -> list[str]:
         head += [_vectors(c, names, var, first_sem), f"{var}.start(0)"]
         first_sem += len(names)
         runs.append((first, n, nodes, names, var))
-    lines = ["def layer_s{}(rep, carry):".format(s)]
+    lines = [f"def layer_s{s}(rep, carry):"]
     for first, n, nodes, names, var in runs:
         every = c.vectors
         c.count, c.vec_of, c.vectors = c.shard.count * n, var, names
