@@ -59,7 +59,7 @@ def stack_body(c: StackCtx) -> list[str]:
     layer = _layer_lines(c, c.layer.nodes, f"vec_s{s}", count)
     # the residual read after the vectors' lines, as before runs
     lines[-1:-1] = [f"    {ln}" if ln else "" for ln in layer[:6]]
-    lines += [f"    {ln}" if ln else "" for ln in layer[6:]]
+    lines += [f"    {ln}" for ln in layer[6:]]
     lines += [f"    residual[...] = {v(c.layer.output)}", "    return carry", "",
               f"jax.lax.fori_loop(0, {literal(count)}, layer_s{s}, 0)", *c.after, ""]
     at = lines.index("__BEFORE__")
