@@ -92,12 +92,13 @@ def plan_compute(plan) -> PlanCompute:
         if p.stack is not None:
             steady.setdefault(p.stack, []).append(p)
     for ss in stream.stacks:
-        tiles = {n.node: (n.first, n.count) for n in ss.node_tiles}
         for rep in range(ss.count):
-            base = ss.offset + rep * ss.per_layer
+            # a repetition's phases consume its tiles in stream order (a
+            # run's layer once per layer of the run)
+            at = ss.offset + rep * ss.per_layer
             for p in steady[ss.stack]:
-                first, count = tiles.get(p.name.split(".", 1)[1], (0, 0))
-                charge(work(p), list(range(base + first, base + first + count)))
+                charge(work(p), list(range(at, at + p.tiles)))
+                at += p.tiles
     for name in ("final_norm", "lm_head", "logits", "epilogue"):
         if name in head:
             charge(work(head[name]), list(range(stream.head_offset, stream.total))

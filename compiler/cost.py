@@ -121,10 +121,13 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
     stacks = []
     for st, ss, stream in zip(model.stacks, shard.stacks, memory.stream.stacks):
         tiles = {n.node: n for n in stream.node_tiles}
-        vec = sum(p.nbytes for p in ss.params if p.channel == "vector")
+        # a repetition's vectors: every run-layer's
+        vec = sum(p.nbytes * ss.reps(p.name) // ss.count for p in ss.params
+                  if p.channel == "vector")
         out = []
-        for i, node in enumerate(st.layer.nodes):
-            name = f"s{ss.stack}.{node.name}"
+        # A repetition runs each run's layer once per layer of the run: its
+        # phases are named after the body position they stand for.
+        for i, (node, name) in enumerate(_repetition(st, ss)):
             mine = tiles.get(node.name)
             rb, n_tiles = (mine.nbytes, mine.count) if mine else (0, 0)
             other = vec if i == 0 else 0
@@ -136,11 +139,11 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
                       overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
             cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
             ph = COST(node.op.kind, f"layers[{ss.stack}].{node.name}")(cx, node, ph)
-            out.append(Phase(name, ss.stack, ss.count, **ph))
+            out.append(Phase(f"s{ss.stack}.{name}", ss.stack, ss.count, **ph))
             for red in ss.reductions:
                 if red.producer == node.name:
-                    out.append(Phase(f"s{ss.stack}.allreduce.{red.tensor}", ss.stack, ss.count,
-                                     kind="collective",
+                    out.append(Phase(f"s{ss.stack}.allreduce.{_renamed(red.tensor, node.name, name)}",
+                                     ss.stack, ss.count, kind="collective",
                                      stall_s=seconds["allreduce"] + c.op_overhead_s))
         stacks.append(out)
     head_tiles = memory.stream.head
@@ -158,6 +161,29 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
                           stall_s=collectives.specs[-1].seconds + c.op_overhead_s))
     head.append(Phase("epilogue", None, 1, overhead_s=c.op_overhead_s))
     return pre, stacks, head, rate
+
+
+def _repetition(st, ss):
+    """(node, name) of every node one repetition of stack ``st`` runs, in
+    order: a run's layer once per layer of the run, named for the body
+    position it stands for (``l{first + i}_...``); without runs, the body's
+    nodes under their own names."""
+    if not ss.runs:
+        return [(n, n.name) for n in st.layer.nodes]
+    out = []
+    for first, c in ss.runs:
+        mine = [n for n in st.layer.nodes if n.name.startswith(f"l{first}_")]
+        out += [(n, _renamed(n.name, n.name, f"l{first + i}_" + n.name.partition("_")[2]))
+                for i in range(c) for n in mine]
+    return out
+
+
+def _renamed(what: str, node: str, name: str) -> str:
+    """``what`` (a body name with the ``l{j}_`` prefix of ``node``) under the
+    prefix of ``name``."""
+    if name == node:
+        return what
+    return name.partition("_")[0] + "_" + what.partition("_")[2]
 
 
 @dataclass(frozen=True)

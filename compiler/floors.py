@@ -87,12 +87,12 @@ def _weights(plan) -> dict[str, int]:
         out[key] = out.get(key, 0) + n
 
     for st in stream.stacks:
-        for t in st.tiles:
-            add(t.dtype, t.format, t.elements * st.count)
+        for j, t in enumerate(st.tiles):     # a run's tiles once per layer of the run
+            add(t.dtype, t.format, t.elements * st.count * st.layers_of(j))
     for t in stream.head:
         add(t.dtype, t.format, t.elements)
     for e in plan.memory.experts:
-        count = next(s.count for s in stream.stacks if s.stack == e.stack)
+        count = plan.shard.stacks[e.stack].reps(e.node)
         add(e.dtype, e.format, e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * count)
     return out
 

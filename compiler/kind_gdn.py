@@ -96,7 +96,7 @@ def _buffers(cx, node) -> OpLayout:
         batch=cx.request.batch, tokens=cx.request.tokens, rows_padded=cx.rows_padded,
         key_heads=max(op.num_key_heads // cores, 1), value_heads=op.num_value_heads // cores,
         key_dim=op.key_dim, value_dim=op.value_dim, conv_kernel=op.conv_kernel,
-        norm_eps=op.norm_eps, conv_dtype=cx.model.dtype.value, layers=cx.ss.count,
+        norm_eps=op.norm_eps, conv_dtype=cx.model.dtype.value, layers=cx.ss.reps(node.name),
         key_replication=rep, steps=cx.request.steps)
     return OpLayout("gdn", g, gdn.buffers(g), Kind.STATE, values=gdn.value_bytes(g),
                     stack_lifetime=True)

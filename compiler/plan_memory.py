@@ -200,6 +200,14 @@ def program_points(model: Model, shard: ShardPlan) -> tuple[Point, ...]:
     return tuple(Point(i, label, s, n) for i, (label, s, n) in enumerate(labels))
 
 
+def _dense_run_loops(model: Model) -> bool:
+    """Whether a stack loops over a run of body layers with a dense MLP
+    (layout.RUN_LOOP_VALUES)."""
+    return any(c > 1 and any(n.op.kind == "mlp" and n.name.startswith(f"l{first}_")
+                             for n in st.layer.nodes)
+               for st in model.stacks for first, c in st.runs)
+
+
 def kv_streams(model: Model, shard: ShardPlan, request: PlanRequest, kv_tile: int):
     """One KVStream per node with appended state (``StateShard.access``)."""
     out = []
@@ -222,7 +230,7 @@ def kv_streams(model: Model, shard: ShardPlan, request: PlanRequest, kv_tile: in
             if n < valid:
                 tiles = min(tiles, -(-n // kv_tile) + 1)   # the window may straddle a tile edge
             out.append(KVStream(ss.stack, name, tuple(s.name for s in mine), kv_tile,
-                                layout[-1], (st.count, *layout), n, tiles, request.batch,
+                                layout[-1], (ss.reps(name), *layout), n, tiles, request.batch,
                                 dtype))
     return tuple(out)
 
@@ -240,7 +248,7 @@ def state_streams(model: Model, shard: ShardPlan, request: PlanRequest, buffers=
                           for s in mine)
             news = [outputs.get(f"new.s{ss.stack}.{name}.{s.name}") for s in mine]
             updates = sum(math.prod(b.shape[1:]) * itemsize(b.dtype) for b in news if b)
-            out.append(StateStream(ss.stack, name, tuple(s.name for s in mine), sizes, st.count,
+            out.append(StateStream(ss.stack, name, tuple(s.name for s in mine), sizes, ss.reps(name),
                                    updates, request.steps))
     return tuple(out)
 
@@ -301,7 +309,8 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     # The head holds the normed hidden state and a few logits blocks as values.
     head_peak = 4 * rows_p * (model.hidden_size + 3 * stream.head_block)
     values = values_bytes(ring.bank_rows * ring.bank_cols * itemsize(ring.dtype), ring.max_pieces,
-                          max(layer_peak, head_peak))
+                          max(layer_peak, head_peak),
+                          run_loops=_dense_run_loops(model))
     _collective_buffers(table, specs, points)
     buffers = table.buffers()
     plan = MemoryPlan(g, rows, rows_p, points,

@@ -76,7 +76,8 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
         True, "ring", note=f"{head.channel}; {head.role}", words=True)
     for ss in shard.stacks:
         for p in ss.params:
-            shape = (ss.count, 1, *p.shape) if p.channel == "vector" else (ss.count, *p.shape)
+            n = ss.reps(p.name)              # a run's weights: one per run-layer
+            shape = (n, 1, *p.shape) if p.channel == "vector" else (n, *p.shape)
             add(f"hbm.s{ss.stack}.{p.name}", Space.HBM, Kind.HBM_WEIGHTS, shape, p.dtype, p.name,
                 True, p.channel, ss.stack, f"{p.channel}; {p.role}",
                 words=p.channel == "ring" or p.format != "plain")
@@ -93,7 +94,8 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
         for s in ss.states:
             spec = st.layer.node(s.node).op.state(request.batch, model.max_seq_len,
                                                   model.dtype)[s.name]
-            name, shape = f"s{ss.stack}.{s.node}.{s.name}", (ss.count, *s.layout(spec.shape))
+            name, shape = f"s{ss.stack}.{s.node}.{s.name}", (ss.reps(s.node),
+                                                             *s.layout(spec.shape))
             if s.access != APPEND:
                 op = st.layer.node(s.node).op
                 tail, dtype, text = UPDATES(op.kind, f"layers[{ss.stack}].{s.node}")(
@@ -102,7 +104,7 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
                     f"{s.node}.{s.name}", True, "cache", ss.stack,
                     f"{s.access} state, read only (the call's updates come back in "
                     f"new.{name}, committed after the call)", updates=f"new.{name}")
-                updates.append((f"new.{name}", (ss.count, *tail), dtype, text))
+                updates.append((f"new.{name}", (shape[0], *tail), dtype, text))
                 continue
             rows = append_window(request.tokens * request.steps, spec.dtype.value,
                                  model.max_seq_len)

@@ -187,7 +187,8 @@ def _format_lines(plan: Plan, md: bool) -> list[str]:
     apart, against the same weights in the model dtype."""
     stream, item = plan.memory.stream, itemsize(plan.model.dtype)
     rows: dict[str, list[int]] = {}
-    tiles = [(st.count, t) for st in stream.stacks for t in st.tiles]
+    tiles = [(st.count * st.layers_of(j), t) for st in stream.stacks
+             for j, t in enumerate(st.tiles)]
     tiles += [(1, t) for t in stream.head]
     for count, t in tiles:          # a quantized tile's bytes include its scales'
         row = rows.setdefault(t.format, [0, 0, 0])
@@ -202,8 +203,8 @@ def _format_lines(plan: Plan, md: bool) -> list[str]:
                     "ratio"], body, md) + [
         f"weight ring per step per core: {_size(total)} ({total:,} bytes; every byte the "
         "kernel's ring DMAs move, equal to trace mode's)"]
-    count = {st.stack: st.count for st in stream.stacks}
     for e in plan.memory.experts:
+        count = {e.stack: plan.shard.stacks[e.stack].reps(e.node)}
         worst = count[e.stack] * e.bytes_per_layer
         plain = count[e.stack] * e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * item
         lines.append(f"stack {e.stack} {e.node} routed experts ({e.format}): at most "

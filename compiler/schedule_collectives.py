@@ -19,10 +19,12 @@ core has finished n.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Buffer, Kind, Space
 from megakernel.compiler.layout import LANES, itemsize, padded_bytes, round_up, scratch_bytes
+from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
@@ -47,8 +49,11 @@ class CollectiveSpec:
 @dataclass(frozen=True)
 class Collective:
     """One site. Per-layer sites (``stack`` set) run once per layer of the
-    stack; ``seq_offset``/``seq_stride`` give the sequence number
-    seq = seq_offset + (layer - start) * seq_stride, and the slot parity seq % 2.
+    stack's run holding the producer (``run`` layers per repetition); at
+    run-layer index k, ``seq_offset``/``seq_stride``/``seq_skip`` give the
+    sequence number seq = seq_offset + k * seq_stride + (k // run) * seq_skip
+    (seq_skip: the other runs' collectives of a repetition), and the slot
+    parity seq % 2, so consecutive collectives alternate.
     ``overlap_first``: index, relative to the layer's first tile (or flat for
     global sites), of the first of ``overlap_count`` ring tiles in flight while
     the collective runs."""
@@ -68,9 +73,15 @@ class Collective:
     overlap_first: int
     overlap_count: int
     sum_order: tuple[int, ...]
+    run: int = dataclasses.field(default=1, metadata={OMIT_DEFAULT: True})
+    seq_skip: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
+
+    def seq(self, k: int = 0) -> int:
+        """Sequence number at run-layer index ``k``."""
+        return self.seq_offset + k * self.seq_stride + (k // self.run) * self.seq_skip
 
     def parity(self, layer_in_stack: int = 0) -> int:
-        return (self.seq_offset + layer_in_stack * self.seq_stride) % 2
+        return self.seq(layer_in_stack) % 2
 
 
 @dataclass(frozen=True)
@@ -202,21 +213,35 @@ def schedule_collectives(shard: ShardPlan, memory, specs: tuple[CollectiveSpec, 
                                 0, min(ring, memory.stream.total), order))
         seq = 1
     for st, ss in zip(shard.stacks, memory.stream.stacks):
-        stride = len(st.reductions)
+        # A repetition's collectives in order: each run's, once per layer of
+        # the run (a run's nodes, so its reductions, are contiguous).
+        keys = [_run_key(st, red.producer) for red in st.reductions]
+        runs = [st.reps(red.producer) // st.count for red in st.reductions]
+        per_rep = sum(runs)
         for k, red in enumerate(st.reductions):
+            c, stride = runs[k], keys.count(keys[k])
+            q = k - keys.index(keys[k])
+            before = sum(runs[:keys.index(keys[k])])     # earlier runs' collectives
             last = _last_tile_through(ss, memory.stack_nodes[st.stack], red.producer)
             sites.append(Collective(
                 f"s{st.stack}.allreduce.{red.tensor}", "allreduce", st.stack, red.tensor,
                 red.producer, red.consumer,
                 memory.point_index(f"s{st.stack}.allreduce.{red.tensor}"),
                 memory.point_of(st.stack, red.producer), memory.point_of(st.stack, red.consumer),
-                seq + k, stride, st.count, last + 1, ring, order))
-        seq += stride * st.count
+                seq + before + q, stride, st.count * c, last + 1, ring, order,
+                c, per_rep - c * stride))
+        seq += per_rep * st.count
     head = specs[-1]
     sites.append(Collective(f"logits.{head.name}", head.name, None, "logits", "lm_head", "output",
                             memory.point_index("logits"), memory.point_index("lm_head"),
                             memory.point_index("epilogue"), 0, 0, 1, memory.stream.total, 0, order))
     return CollectivePlan(specs, tuple(sites))
+
+
+def _run_key(st, node: str) -> str:
+    """The body run holding ``node`` (its ``l{first}_`` prefix; '' for a
+    uniform stack)."""
+    return node.split("_")[0] if st.period > 1 and st.runs else ""
 
 
 def _last_tile_through(ss, node_order: list[str], producer: str) -> int:
@@ -227,11 +252,15 @@ def _last_tile_through(ss, node_order: list[str], producer: str) -> int:
 
 
 def overlapping_tiles(site: Collective, stream, rep: int = 0) -> list[int]:
-    """Flat stream indices of the ring tiles in flight during ``site`` (in
-    repetition ``rep`` of its stack's body, when the site is per-layer)."""
+    """Flat stream indices of the ring tiles in flight during ``site`` (at
+    run-layer index ``rep`` of its run, when the site is per-layer)."""
     if site.stack is None:
         base = site.overlap_first
     else:
         ss = stream.stacks[site.stack]
-        base = ss.offset + rep * ss.per_layer + site.overlap_first
+        # ``rep``: the run-layer index; from the run-layer's first tile, as
+        # many places on as overlap_first lies past the run's first tile
+        t0 = next((r[1] for r in ss.run_tiles if site.producer.startswith(f"l{r[0]}_")), 0)
+        base = ss.flat(rep, t0) + site.overlap_first - t0 if ss.tiles else (
+            ss.offset + rep * ss.per_layer + site.overlap_first)
     return [i for i in range(base, base + site.overlap_count) if i < stream.total]

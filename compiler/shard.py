@@ -25,11 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from megakernel.compiler.layout import LANES, dtype_name, itemsize, round_up
+from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.compiler.shard_formats import check_globals, format_params
 from megakernel.compiler.shard_rules import ParamShard, Reduction, Split, StateShard, layer_rules
 from megakernel.errors import IRError, PlanningError, ShardingError, error_context
 from megakernel.quantize import Packed
-from megakernel.ir.graph import Model, body_global_name, body_local_name
+from megakernel.ir.graph import Model, body_global_name, body_local_name, body_run, body_runs
 from megakernel.ir.weight_kinds import layer_formats
 
 __all__ = ["Split", "ParamShard", "StateShard", "StackShard", "ShardPlan", "Reduction", "shard_model",
@@ -39,7 +40,8 @@ __all__ = ["Split", "ParamShard", "StateShard", "StackShard", "ShardPlan", "Redu
 @dataclass(frozen=True)
 class StackShard:
     """Shards of one stack's body (identical for all ``count`` repetitions of
-    its ``period`` layers). ``widths``: per-core feature count of every tensor."""
+    its ``period`` layers; one copy per run of equal layers, ``runs`` as in
+    ``ir.graph.Stack``). ``widths``: per-core feature count of every tensor."""
 
     stack: int
     start: int
@@ -51,6 +53,20 @@ class StackShard:
     heads: tuple[tuple[str, int, int, int], ...]   # (attention node, q heads, kv heads, kv replication)
     experts: tuple[tuple[str, int, int, int, int], ...]  # (moe node, ep, tp, experts/core, intermediate/core)
     states: tuple[StateShard, ...] = ()
+    runs: tuple[tuple[int, int], ...] = dataclasses.field(default=(),
+                                                          metadata={OMIT_DEFAULT: True})
+
+    def reps(self, local: str) -> int:
+        """Run-layers of body weight, state or node ``local`` per step."""
+        return self.count * body_run(self.period, self.runs, local.split(".")[0])[1]
+
+    def layer_order(self):
+        """(run-layer index, run's first body position) of every layer of the
+        stack, in execution order."""
+        for rep in range(self.count):
+            for first, c in body_runs(self.period, self.runs):
+                for i in range(c):
+                    yield rep * c + i, first
 
     def param(self, name: str) -> ParamShard:
         return next(p for p in self.params if p.name == name)
@@ -64,7 +80,7 @@ class StackShard:
 
     def global_name(self, k: int, local: str) -> str:
         """Full name of body weight/state ``local`` in repetition ``k``."""
-        return body_global_name(self.start, self.period, k, local)
+        return body_global_name(self.start, self.period, k, local, self.runs)
 
 
 @dataclass(frozen=True)
@@ -89,16 +105,17 @@ class ShardPlan:
         if full_name.startswith("layers."):
             _, index, rest = full_name.split(".", 2)
             st = self.stack_of(int(index))
-            return st.param(body_local_name(st.start, st.period, int(index), rest)[1])
+            return st.param(body_local_name(st.start, st.period, int(index), rest, st.runs)[1])
         return self.global_param(full_name)
 
     def full_names(self):
         """(full weight name, shard) over the model, in consumption order."""
         yield "embed.weight", self.global_param("embed.weight")
         for st in self.stacks:
-            for k in range(st.count):
+            for k, first in st.layer_order():
                 for p in st.params:
-                    yield st.global_name(k, p.name), p
+                    if st.period == 1 or p.name.startswith(f"l{first}_"):
+                        yield st.global_name(k, p.name), p
         for p in self.globals[1:]:
             yield p.name, p
 
@@ -182,7 +199,7 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
         params = format_params(params, layer_formats(model.quantize, st.layer),
                                f"shard.layers.{st.start}")
         stacks.append(StackShard(i, st.start, st.count, st.period, params, widths, reductions,
-                                 heads, experts, states))
+                                 heads, experts, states, st.runs))
     check_globals(model.quantize)
     v, h, dt = model.vocab_size, model.hidden_size, dtype_name(model.dtype)
     stride = -(-v // cores)

@@ -105,7 +105,11 @@ class NodeTiles:
 
 @dataclass(frozen=True)
 class StackStream:
-    """The tiles of one body of stack ``stack`` (same for all ``count`` repetitions)."""
+    """The tiles of one body of stack ``stack`` (same for all ``count``
+    repetitions): ``tiles`` holds one copy of each run's layer (``runs`` as in
+    ``ir.graph.Stack``); a repetition streams run 0's tiles once per layer of
+    the run, then run 1's, ... Tile j of run-layer k of the run holding j is
+    flat index ``flat(k, j)``."""
 
     stack: int
     start: int
@@ -114,14 +118,50 @@ class StackStream:
     offset: int
     tiles: tuple[Tile, ...]
     node_tiles: tuple[NodeTiles, ...]
+    # (first body position, first tile, tiles, layers) of each run (empty:
+    # no repeated layers, every body layer streamed once per repetition)
+    run_tiles: tuple[tuple[int, int, int, int], ...] = dataclasses.field(
+        default=(), metadata={OMIT_DEFAULT: True})
+
+    @property
+    def runs(self) -> tuple[tuple[int, int, int], ...]:
+        """(first tile, tiles, layers) of each run."""
+        return tuple(r[1:] for r in self.run_tiles) or ((0, len(self.tiles), 1),)
+
+    @property
+    def body_runs(self) -> tuple[tuple[int, int], ...]:
+        """The stack's ``ir.graph.Stack.runs``."""
+        return tuple((r[0], r[3]) for r in self.run_tiles)
 
     @property
     def per_layer(self) -> int:
-        return len(self.tiles)
+        """Tiles one repetition streams (every run's layers)."""
+        return sum(n * c for _, n, c in self.runs)
 
     @property
     def bytes_per_layer(self) -> int:
-        return sum(n.nbytes for n in self.node_tiles)
+        """Ring bytes one repetition streams (every run's layers)."""
+        return sum(n.nbytes * self.layers_of(n.first) for n in self.node_tiles)
+
+    def run_at(self, j: int) -> tuple[int, int, int, int]:
+        """(first tile, tiles, layers, offset in a repetition) of the run
+        holding tile ``j``."""
+        off = 0
+        for t0, n, c in self.runs:
+            if t0 <= j < t0 + n or (n == 0 and j == t0):
+                return t0, n, c, off
+            off += n * c
+        raise IndexError(j)
+
+    def layers_of(self, j: int) -> int:
+        """Layers of the run holding tile ``j``."""
+        return self.run_at(j)[2] if self.run_tiles else 1
+
+    def flat(self, k: int, j: int) -> int:
+        """Flat stream index of tile ``j`` of run-layer ``k`` of its run."""
+        t0, n, c, off = self.run_at(j)
+        rep, i = divmod(k, c)
+        return self.offset + rep * self.per_layer + off + i * n + j - t0
 
 
 @dataclass(frozen=True)
@@ -154,11 +194,15 @@ class WeightStream:
     def expand(self):
         """The flat ordered stream of one step (for tests and reports)."""
         for st in self.stacks:
-            for k in range(st.count):
-                for j, tile in enumerate(st.tiles):
-                    i = st.offset + k * st.per_layer + j
-                    name = body_global_name(st.start, st.period, k, tile.param)
-                    yield StreamEntry(i, self.bank(i), int(name.split(".")[1]), name, tile)
+            for rep in range(st.count):
+                for t0, n, c in st.runs:
+                    for r in range(c):
+                        for j in range(t0, t0 + n):
+                            i = st.flat(rep * c + r, j)
+                            name = body_global_name(st.start, st.period, rep * c + r,
+                                                    st.tiles[j].param, st.body_runs)
+                            yield StreamEntry(i, self.bank(i), int(name.split(".")[1]), name,
+                                              st.tiles[j])
         for j, tile in enumerate(self.head):
             i = self.head_offset + j
             yield StreamEntry(i, self.bank(i), None, tile.param, tile)
@@ -289,9 +333,10 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
             else:
                 nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements, q))
             tiles.extend(mine)
+        runs = _run_tiles(st, tiles)
         stacks.append(StackStream(st.stack, st.start, st.count, st.period, offset, tuple(tiles),
-                                  tuple(nodes)))
-        offset += st.count * len(tiles)
+                                  tuple(nodes), runs))
+        offset += stacks[-1].count * stacks[-1].per_layer
     p = shard.global_param("lm_head.weight")
     key = (p.name, *p.shape, p.dtype, bank_bytes, "head")
     head = tile_matrix(*key)
@@ -299,6 +344,22 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
     block = head[0].cols
     return WeightStream(bank_bytes, num_banks, tuple(stacks), head, offset, block, nbytes,
                         elements)
+
+
+def _run_tiles(st, tiles) -> tuple[tuple[int, int, int, int], ...]:
+    """(body position, first tile, tiles, layers) of each run of shard stack ``st`` (empty
+    without runs: every body layer streams once per repetition)."""
+    if not st.runs:
+        return ()
+    out = []
+    for first, c in st.runs:
+        mine = [j for j, t in enumerate(tiles) if t.param.startswith(f"l{first}_")]
+        t0 = mine[0] if mine else (out[-1][1] + out[-1][2] if out else 0)
+        if mine != list(range(t0, t0 + len(mine))):
+            raise PlanningError(f"tiles of the run at body position {first} are not "
+                                "contiguous in the stream", path=f"plan.layers[{st.stack}]")
+        out.append((first, t0, len(mine), c))
+    return tuple(out)
 
 
 def _merged(pairs) -> tuple[tuple[str, int], ...]:

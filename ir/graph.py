@@ -121,10 +121,17 @@ MAX_PERIOD = 8   # longest repeating body of layers a stack is looked for with
 class Stack:
     """``count`` repetitions of a body of ``period`` consecutive layers from
     ``start`` (a 3:1 linear/full-attention hybrid is one stack with a body of
-    4). Later stages loop over the repetitions and unroll the body. ``layer``
-    is the body as one graph: with a period above 1, body layer j's nodes and
-    tensors are prefixed ``l{j}_`` and its input is layer j - 1's output, so
-    every stage treats a stack's body as one layer."""
+    4). Later stages loop over the repetitions. ``runs``: the body's runs of
+    consecutive equal layers, (first body position, length) each, covering
+    the body in order. ``layer`` is the body as one graph holding ONE copy of
+    each run's layer: with a period above 1, the copy of the run starting at
+    body position j has its nodes and tensors prefixed ``l{j}_`` and its
+    input is the previous run's output, so every stage treats the body as
+    one layer, and the kernel loops over a run's layers inside the loop over
+    repetitions. A node of a run of c layers runs ``count * c`` times a step:
+    its run-layer index k in 0..count*c-1 is repetition k // c, layer k % c
+    of the run (``body_place``), and its weights, vectors and state are
+    indexed by k."""
 
     kind: str
     start: int
@@ -132,48 +139,108 @@ class Stack:
     layer: Layer
     period: int = 1
     body: tuple[Layer, ...] = ()
+    runs: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self):
+        check_runs(self.period, self.runs)
 
     @property
     def indices(self) -> range:
         """Global indices of every layer of the stack."""
         return range(self.start, self.start + self.count * self.period)
 
+    def reps(self, node: str) -> int:
+        """How many times body node ``node`` runs per step (its run-layers)."""
+        return self.count * body_run(self.period, self.runs, node)[1]
+
     def place(self, k: int, node: str) -> tuple[int, str]:
-        return body_place(self.start, self.period, k, node)
+        return body_place(self.start, self.period, k, node, self.runs)
 
     def global_name(self, k: int, local: str) -> str:
-        return body_global_name(self.start, self.period, k, local)
+        return body_global_name(self.start, self.period, k, local, self.runs)
 
 
-def body_place(start: int, period: int, k: int, node: str) -> tuple[int, str]:
+def body_runs(period: int, runs: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """The runs of a body: ``runs``, or each position its own run when empty."""
+    return runs or tuple((j, 1) for j in range(period))
+
+
+def check_runs(period: int, runs: tuple[tuple[int, int], ...]) -> None:
+    """``runs`` (when given) cover body positions 0..period-1 in order."""
+    at = 0
+    for first, length in runs:
+        if first != at or length < 1:
+            raise IRError(f"runs {list(runs)} do not cover a body of {period} layers in order",
+                          path="stack.runs")
+        at += length
+    if runs and at != period:
+        raise IRError(f"runs {list(runs)} do not cover a body of {period} layers in order",
+                      path="stack.runs")
+
+
+def body_run(period: int, runs: tuple[tuple[int, int], ...], node: str) -> tuple[int, int]:
+    """(first body position, length) of the run whose layer holds body node
+    ``node`` (named ``l{first}_...`` when the period is above 1)."""
+    if period == 1:
+        return 0, 1
+    head = node.partition("_")[0]
+    first = int(head[1:])
+    for run in body_runs(period, runs):
+        if run[0] == first:
+            return run
+    raise IRError(f"node {node!r} names body position {first}, which starts no run of "
+                  f"{list(body_runs(period, runs))}", path="stack.runs")
+
+
+def body_place(start: int, period: int, k: int, node: str,
+               runs: tuple[tuple[int, int], ...] = ()) -> tuple[int, str]:
     """(global layer index, node name in that layer) of a stack body's node
-    ``node`` in repetition ``k``."""
-    j, name = 0, node
+    ``node`` at run-layer index ``k`` (repetition k // c, layer k % c of its
+    run of c layers; with no repeated layers, k is the repetition)."""
+    name = node
     if period > 1:
-        head, _, name = node.partition("_")
-        j = int(head[1:])
-    return start + k * period + j, name
+        name = node.partition("_")[2]
+    first, c = body_run(period, runs, node)
+    rep, i = divmod(k, c)
+    return start + rep * period + first + i, name
 
 
-def body_global_name(start: int, period: int, k: int, local: str) -> str:
-    """``layers.{i}.{op}.{rest}`` of a body weight or state ``{node}.{rest}``."""
+def body_global_name(start: int, period: int, k: int, local: str,
+                     runs: tuple[tuple[int, int], ...] = ()) -> str:
+    """``layers.{i}.{op}.{rest}`` of a body weight or state ``{node}.{rest}``
+    at run-layer index ``k``."""
     node, _, rest = local.partition(".")
-    i, name = body_place(start, period, k, node)
+    i, name = body_place(start, period, k, node, runs)
     return f"layers.{i}.{name}.{rest}"
 
 
-def body_local_name(start: int, period: int, layer: int, rest: str) -> tuple[int, str]:
-    """(repetition, body-local ``{node}.{...}``) of ``layers.{layer}.{rest}``."""
-    k, j = divmod(layer - start, period)
-    return k, (f"l{j}_{rest}" if period > 1 else rest)
+def body_local_name(start: int, period: int, layer: int, rest: str,
+                    runs: tuple[tuple[int, int], ...] = ()) -> tuple[int, str]:
+    """(run-layer index, body-local ``{node}.{...}``) of ``layers.{layer}.{rest}``."""
+    rep, j = divmod(layer - start, period)
+    first, c = next(r for r in body_runs(period, runs) if r[0] <= j < r[0] + r[1])
+    return rep * c + j - first, (f"l{first}_{rest}" if period > 1 else rest)
 
 
-def merge_body(body: tuple[Layer, ...]) -> Layer:
-    """One graph running ``body``'s layers in order (see ``Stack``)."""
+def find_runs(body: tuple[Layer, ...]) -> tuple[tuple[int, int], ...]:
+    """(first position, length) of each run of consecutive equal layers of ``body``."""
+    runs: list[list[int]] = []
+    for j, layer in enumerate(body):
+        if runs and body[runs[-1][0]] == layer:
+            runs[-1][1] += 1
+        else:
+            runs.append([j, 1])
+    return tuple((a, b) for a, b in runs)
+
+
+def merge_body(body: tuple[Layer, ...], runs: tuple[tuple[int, int], ...] = ()) -> Layer:
+    """One graph running one copy of each of ``body``'s runs in order (see
+    ``Stack``; no runs given: every layer its own run)."""
     if len(body) == 1:
         return body[0]
     nodes, tensors, carry = [], [], None
-    for j, layer in enumerate(body):
+    for j, _ in body_runs(len(body), runs):
+        layer = body[j]
         rename = {t.name: f"l{j}_{t.name}" for t in layer.tensors}
         if carry is not None:
             rename[layer.input] = carry          # chained: input = previous output
@@ -203,8 +270,11 @@ def find_stacks(layers: tuple[Layer, ...]) -> tuple[Stack, ...]:
                 best = (reps, p)
         reps, p = best
         body = tuple(layers[i:i + p])
-        merged = merge_body(body)
-        out.append(Stack(merged.kind, i, reps, merged, p, body))
+        runs = find_runs(body) if p > 1 else ()
+        if runs and all(c == 1 for _, c in runs):
+            runs = ()                            # no repeated layer: as before runs
+        merged = merge_body(body, runs)
+        out.append(Stack(merged.kind, i, reps, merged, p, body, runs))
         i += reps * p
     return tuple(out)
 

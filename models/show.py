@@ -95,7 +95,7 @@ def _params(model: Model, kinds: dict[Layer, str]) -> list[str]:
              f"  {'embed':<24} {v * h:>18,}"]
     for s in model.stacks:
         body = s.body or (s.layer,)
-        per = sum(p.size for p in s.layer.params(model.dtype).values())
+        per = sum(p.size for layer in body for p in layer.params(model.dtype).values())
         label = "+".join(kinds[layer] for layer in body)
         unit = "per layer" if s.period == 1 else f"per body of {s.period}"
         lines.append(f"  {'layers ' + _range(s.start, s.count * s.period) + ' ' + label:<24} "

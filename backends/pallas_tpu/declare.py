@@ -121,12 +121,15 @@ def _tile_entry(ring, ref: int, t, sref: int | None = None) -> dict:
 def segment_tables(plan, ctxs) -> list[dict]:
     """One ``rt.Segment`` table per stack (tiles of one layer), then the head."""
     stream, ring = plan.memory.stream, plan.memory.ring
+    # A body with runs of equal layers: (first tile, tiles, layers) of each
+    # run (rendered only then, so other kernels read as before).
     out = [{"name": f"S{c.s}_TILES", "offset": c.stream.offset, "count": c.stream.count,
-            "layered": True,
+            "layered": True, "runs": (f", runs={literal(c.stream.runs)}" if c.stream.run_tiles
+                                      else ""),
             "tiles": [_tile_entry(ring, c.ring.index(t.param), t,
                                   c.ring.index(scale_name(t.param)) if t.scale_view else None)
                       for t in c.stream.tiles]}
            for c in ctxs]
     out.append({"name": "HEAD_TILES", "offset": stream.head_offset, "count": 1,
-                "layered": False, "tiles": [_tile_entry(ring, 0, t) for t in stream.head]})
+                "layered": False, "runs": "", "tiles": [_tile_entry(ring, 0, t) for t in stream.head]})
     return out

@@ -18,7 +18,6 @@ import jinja2
 from megakernel.backends.pallas_tpu import declare, frame, pack
 from megakernel.backends.pallas_tpu.declare import literal
 from megakernel.compiler import layout
-from megakernel.compiler.plan_buffers import VECTORS
 from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import EmitError
 from megakernel.registry import Registry
@@ -40,6 +39,11 @@ class StackCtx:
         self.stream = plan.memory.stream.stacks[s]
         self.layer = model.stacks[s].layer
         self.vectors = [p.name for p in self.shard.params if p.channel == "vector"]
+        # The run being emitted (a stack without runs: its whole body): its
+        # layers per step, whose run-layer index the kernel names ``k``, and
+        # its vectors' double buffers (``vec_of``).
+        self.count = self.shard.count
+        self.vec_of = f"vec_s{s}"
         self.ring = [p.name for p in self.shard.params if p.channel == "ring"]
         self.sites = {c.producer: c for c in plan.collectives.per_layer(s)}
         self.reduced: set[str] = set()
@@ -77,7 +81,7 @@ class StackCtx:
         prefetch) of an op whose appended-state DMAs run a layer ahead
         (attention, MLA: their libraries' prefetch / attend / drain); adds
         repetition 0's prefetch before the stack's loop and the drain after it."""
-        g, count = self.geometry(node), literal(self.shard.count)
+        g, count = self.geometry(node), literal(self.count)
         appended = self.appended(node, parts)
 
         def state(layer: str) -> str:
@@ -111,7 +115,7 @@ class StackCtx:
         return declare.geometry_name(self.plan.memory.geometry_of(self.s, node))
 
     def vec(self, name: str) -> str:
-        return f"vec_s{self.s}.get({self.vectors.index(name)}, k)"
+        return f"{self.vec_of}.get({self.vectors.index(name)}, k)"
 
     def tiles_of(self, param: str) -> tuple[int, int]:
         """(first, count) of the layer's ring tiles of ``param`` (with its
@@ -137,7 +141,12 @@ class StackCtx:
         if site is None or node in self.reduced:
             return []
         self.reduced.add(node)
-        par = f"({literal(site.seq_offset)} + k * {literal(site.seq_stride)}) % 2"
+        if site.run > 1 and site.seq_skip:   # the other runs' collectives of each repetition
+            par = (f"({literal(site.seq_offset)} + k * {literal(site.seq_stride)} + "
+                   f"k // {literal(site.run)} * {literal(site.seq_skip)}) % 2")
+        else:
+            stride = site.seq_stride + site.seq_skip     # a run of one layer: k is the repetition
+            par = f"({literal(site.seq_offset)} + k * {literal(stride)}) % 2"
         call = frame.allreduce_call(self.plan, v(tensor), par, site.name)
         width, full = self.shard.width(tensor), self.model.hidden_size
         if width == full:
@@ -253,30 +262,6 @@ def _add(c: StackCtx, n) -> list[str]:
     return [f"{v(n.outputs[0])} = {a} + {b}"]
 
 
-def stack_body(c: StackCtx) -> list[str]:
-    s, count, mem = c.s, c.shard.count, c.plan.memory
-    hbm = "".join(f"{c.hbm(p)}, " for p in c.vectors)
-    bound = mem.bound(s, VECTORS)
-    bufs = "".join(f"{mem.buffer(bound[p]).ident}, " for p in c.vectors)
-    body = f", a body of {c.shard.period} layers" if c.shard.period > 1 else ""
-    lines = [f"# ---- stack {s}: layers {c.shard.start}..{c.shard.start + c.shard.layers - 1} "
-             f"({declare.comment(c.layer.kind)}{body}) ----",
-             f"vec_s{s} = rt.Vectors(({hbm}), ({bufs}), vec_sems, sync=SYNCHRONISED)",
-             f"vec_s{s}.start(0)", "__BEFORE__", f"def layer_s{s}(k, carry):",
-             f"    vec_s{s}.wait(k)", "", f"    @pl.when(k + 1 < {literal(count)})",
-             "    def _():", f"        vec_s{s}.start(k + 1)", "",
-             f"    {v(c.layer.input)} = residual[...]"]
-    for n in c.layer.nodes:
-        emitter = EMITTERS(n.op.kind, f"layers[{s}].{n.name}")
-        lines.append(f"    # node: layers[{s}].{n.name}")
-        body = emitter(c, n) + c.reduce(n.name, n.outputs[0])
-        lines += [f"    {line}" for line in body]
-    lines += [f"    residual[...] = {v(c.layer.output)}", "    return carry", "",
-              f"jax.lax.fori_loop(0, {literal(count)}, layer_s{s}, 0)", *c.after, ""]
-    at = lines.index("__BEFORE__")
-    return lines[:at] + c.before + [""] + lines[at + 1:]
-
-
 def _state_update(model, plan, op, index: int) -> dict:
     """The STATE_UPDATES entry of whole-access state operand ``op``: its input
     index, update output's shape and dtype, and its kind's commit."""
@@ -329,8 +314,10 @@ def render(model, plan, *, synchronised: bool = False) -> str:
     updates = [_state_update(model, plan, ops[i], i) for i in whole]
     body = frame.prologue_lines(model, plan, ctxs)
     step = frame.step_begin_lines(model, plan) if plan.request.steps > 1 else []
+    from megakernel.backends.pallas_tpu import stack_loop    # it reads EMITTERS
+
     for c in ctxs:
-        step += stack_body(c)
+        step += stack_loop.stack_body(c)
     step += frame.epilogue_lines(model, plan)
     if plan.request.steps > 1:      # the step body in a loop over the call's steps
         step = (["def decode_step(i, carry):"] + [f"    {ln}" if ln else "" for ln in step]

@@ -104,7 +104,7 @@ def pack_weights(model: Model, plan, weights: dict[str, np.ndarray]) -> dict[str
         else:
             ss = plan.shard.stacks[op.stack]
             arrays = [np.stack([words(per_core[c][ss.global_name(k, op.source)])
-                                for k in range(ss.count)]).reshape(op.shape)
+                                for k in range(ss.reps(op.source))]).reshape(op.shape)
                       for c in range(n)]
         out[op.name] = arrays[0] if not op.sharded else _global(arrays)
     return out
@@ -132,7 +132,7 @@ def pack_caches(model: Model, plan, caches: dict[str, np.ndarray]) -> dict[str, 
         cores = []
         for c in range(plan.shard.cores):
             reps = []
-            for k in range(ss.count):
+            for k in range(ss.reps(s.node)):
                 piece = np.asarray(caches[ss.global_name(k, f"{s.node}.{s.name}")])[
                     s.source(full, c)]
                 pads = [(0, want - have) for want, have in zip(s.shape(full), piece.shape)]
@@ -150,8 +150,8 @@ def unpack_caches(model: Model, plan, packed: dict[str, np.ndarray]) -> dict[str
     n = plan.shard.cores
     for ss, s, full in _states(model, plan):
         arr = np.asarray(packed[_operand(plan, ss, s)])
-        per = arr.reshape(n, ss.count, *arr.shape[1:])
-        for k in range(ss.count):
+        per = arr.reshape(n, ss.reps(s.node), *arr.shape[1:])
+        for k in range(ss.reps(s.node)):
             whole = np.zeros(full, arr.dtype)
             seen = np.zeros(full, bool)
             for c in range(n):

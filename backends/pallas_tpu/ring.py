@@ -30,6 +30,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel import dtypes
+from megakernel.backends.pallas_tpu.ring_runs import quotient, refill_run
 from megakernel.errors import EmitError
 
 
@@ -93,16 +94,46 @@ class Words:
 @dataclass(frozen=True)
 class Segment:
     """The ring tiles of one stack layer (``count`` layers) or of the LM head
-    (``count`` = 1, unlayered)."""
+    (``count`` = 1, unlayered). A stack whose body repeats layers has
+    ``runs``: (first tile, tiles, layers) of each run of its body, ``tiles``
+    holding one copy of each run's layer; a repetition streams each run's
+    tiles once per layer of the run, and a run's tiles are read at its
+    run-layer index (repetition k // layers, layer k % layers)."""
 
     offset: int
     count: int
     tiles: tuple[Tile, ...]
     layered: bool = True
+    runs: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def per_rep(self) -> int:
+        """Tiles of one repetition."""
+        return sum(n * c for _, n, c in self.runs) if self.runs else len(self.tiles)
 
     @property
     def end(self) -> int:
-        return self.offset + self.count * len(self.tiles)
+        return self.offset + self.count * self.per_rep
+
+    def run_at(self, j: int) -> tuple[int, int, int, int]:
+        """(first tile, tiles, layers, first place in a repetition) of the
+        run holding tile ``j``."""
+        off = 0
+        for t0, n, c in self.runs:
+            if t0 <= j < t0 + n:
+                return t0, n, c, off
+            off += n * c
+        raise IndexError(j)
+
+    def at(self, place: int) -> tuple[int, int, int]:
+        """(run layers, run layer, tile) of static place ``place`` of a repetition."""
+        off = 0
+        for t0, n, c in self.runs:
+            if place < off + n * c:
+                i, jj = divmod(place - off, n)
+                return c, i, t0 + jj
+            off += n * c
+        raise IndexError(place)
 
 
 class Stream:
@@ -165,12 +196,16 @@ class Stream:
 
     def _static(self, flat):
         """(segment, layer, tile) of a static flat index (of the next step past
-        the total)."""
+        the total); a run's layer is its run-layer index."""
         flat = flat % self.total()
         for s, seg in enumerate(self.segments):
             if flat < seg.end:
-                k, j = divmod(flat - seg.offset, len(seg.tiles))
-                return s, k, j
+                if not seg.runs:
+                    k, j = divmod(flat - seg.offset, len(seg.tiles))
+                    return s, k, j
+                rep, place = divmod(flat - seg.offset, seg.per_rep)
+                c, i, j = seg.at(place)
+                return s, rep * c + i, j
         raise IndexError(flat)
 
     def _start_static(self, flat):
@@ -205,8 +240,16 @@ class Stream:
             self._copy(s, k, j, self.flat(s, k, j)).start()
 
     def flat(self, s, k, j):
+        """Flat index of tile j of layer k of segment s (of a run's layer:
+        k is its run-layer index)."""
         seg = self.segments[s]
-        return seg.offset + k * len(seg.tiles) + j
+        if not seg.runs:
+            return seg.offset + k * len(seg.tiles) + j
+        t0, n, c, off = seg.run_at(j)
+        if c == 1:
+            return seg.offset + k * seg.per_rep + off + j - t0
+        # (k // c) * per_rep + (k % c) * n, with one division (k >= 0)
+        return seg.offset + k * n + quotient(k, c) * (seg.per_rep - c * n) + off + j - t0
 
     def consume(self, s, k, j, fn):
         """Tile j of layer k of segment s: return ``fn(pieces)`` with pieces
@@ -268,6 +311,9 @@ class Stream:
         ahead, j2 = divmod(j + self.R, n)
         if not seg.layered:          # head: k is static
             self._start_static(seg.offset + j + self.R)
+            return
+        if seg.runs:             # a body with runs of equal layers
+            refill_run(self, s, k, j)
             return
         flat = self.flat(s, k, j) + self.R
         if ahead == 0:
@@ -350,12 +396,15 @@ class Vectors:
     """Per-layer vectors of one stack, double-buffered by layer parity:
     hbm[i] is [L, 1, n_i], buf[i] is [2, 1, n_i], sems is [2, len]."""
 
-    def __init__(self, hbm, bufs, sems, sync=False):
+    def __init__(self, hbm, bufs, sems, sync=False, first=0):
         self.hbm, self.bufs, self.sems, self.sync = hbm, bufs, sems, sync
+        # Several runs of a stack each have their vectors in flight at once:
+        # each uses its own semaphores, from ``first``.
+        self.first = first
 
     def _copies(self, k):
         p = k % 2
-        return [pltpu.make_async_copy(h.at[k], b.at[p], self.sems.at[p, i])
+        return [pltpu.make_async_copy(h.at[k], b.at[p], self.sems.at[p, self.first + i])
                 for i, (h, b) in enumerate(zip(self.hbm, self.bufs))]
 
     def start(self, k):

@@ -60,7 +60,8 @@ class TraceResult:
         return sum(k.get(x, 0) for x in ("ring", "vector", "embed", "experts"))
 
 
-_KINDS = (("Stream.", "ring"), ("Vectors.", "vector"), ("gather_embedding", "embed"),
+_KINDS = (("Stream.", "ring"), ("ring_runs.py", "ring"), ("Vectors.", "vector"),
+          ("gather_embedding", "embed"),
           ("attention.py", "kv"), ("new_rows.py", "kv"), ("mla_cache.py", "kv"),
           ("moe.py", "experts"), ("gdn.py", "state"))
 
@@ -166,6 +167,6 @@ def plan_weight_bytes(plan) -> dict[str, int]:
     """The plan's per-core HBM weight bytes of one step, by channel."""
     stream = plan.memory.stream
     ring = sum(st.count * st.bytes_per_layer for st in stream.stacks) + stream.head_bytes
-    vector = sum(ss.count * int(np.prod(p.shape)) * dtypes.of(p.dtype).bits // 8
+    vector = sum(ss.reps(p.name) * int(np.prod(p.shape)) * dtypes.of(p.dtype).bits // 8
                  for ss in plan.shard.stacks for p in ss.params if p.channel == "vector")
     return {"ring": ring, "vector": vector}

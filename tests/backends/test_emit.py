@@ -57,6 +57,23 @@ def test_the_kernel_source_does_not_grow_with_depth(name, devices, cut, steps):
         full.truncated(cut), devices, steps)
 
 
+def test_a_periodic_stack_has_no_more_code_than_one_period():
+    """qwen3.5-27b is (3 Gated DeltaNet layers, 1 attention layer) x 16; its
+    one-period cut (4 layers) is a stack of the 3 GDN layers and one of the
+    attention layer. With a body's runs of equal layers looped over, the 64
+    layers' kernel has each layer's code once, as the cut has, so it is no
+    longer than the cut's but for a few lines of loop (numbers blanked):
+    libtpu's compile time follows the code, not the depth (issue 11: within
+    1.3x of the cut's; tests/backends/test_aot_hybrid.py has the times)."""
+    full = zoo.model("qwen3.5-27b")
+    src, cut = _shape_of_source(full, 8), _shape_of_source(full.truncated(4), 8)
+    assert len(full.stacks) == 1 and full.stacks[0].runs == ((0, 3), (3, 1))
+    assert len(src) <= len(cut) + 8
+    body = "\n".join(src)
+    assert body.count("gdn_lib.step(") == 1 and body.count("attn_lib.attend(") == 1
+    assert body.count("rt.Tile(") == "\n".join(cut).count("rt.Tile(")
+
+
 def test_header_names_model_target_mesh_and_plan():
     model = zoo.model("tiny-dense")
     plan = plan_model(model, devices=2, batch=1, tokens=1)

@@ -89,7 +89,9 @@ def test_two_cores_commit_the_reference_state_over_three_calls():
     model = build(HYBRID)
     plan = plan_model(model, devices=2, batch=2, tokens=2)
     whole = [o for o in plan.memory.operands if o.role == "cache" and not o.new_rows]
-    assert len(whole) == 3 * 4 and all(o.updates for o in whole)   # 3 GDN nodes x 4 states
+    # the body's run of 3 GDN layers is one node: its 4 states, each [3 x 2 run-layers, ...]
+    assert len(whole) == 4 and all(o.updates for o in whole)
+    assert all(plan.memory.buffer(o.buffer).shape[0] == 3 * 2 for o in whole)
     # nothing of the state is copied around the call: next_token only ([8, 128] int32)
     assert plan.cost.copy_bytes == 8 * 128 * 4
     assert plan.cost.commit_bytes == sum(s.commit_bytes for s in plan.memory.states) > 0

@@ -69,7 +69,13 @@ def test_state_is_fetched_before_the_loop_and_drained_after_it():
     fetch, loop = src.index("gdn_lib.fetch("), src.index("def layer_s0(")
     drain, end = src.index("gdn_lib.drain("), src.index("jax.lax.fori_loop(0, 2, layer_s0")
     assert fetch < loop < end < drain
-    assert src.count("gdn_lib.step(") == 3 and src.count("gdn_lib.fetch(") == 3
+    # the body's run of 3 GDN layers is one loop: one step, one fetch, and
+    # state operands of its 3 x 2 run-layers
+    assert src.count("gdn_lib.step(") == 1 and src.count("gdn_lib.fetch(") == 1
+    assert "jax.lax.fori_loop(0, 3, run_s0_l0, 0)" in src
+    for o in plan.memory.operands:
+        if o.role == "cache" and o.source.startswith("l0_gdn."):
+            assert plan.memory.buffer(o.buffer).shape[0] == 3 * 2
     for b in plan.memory.buffers:
         if b.name.endswith(".recurrent") and b.space.value == "vmem":
             assert b.shape == (2, 1, 4, 32, 32)       # [parity, batch, value heads, dk, dv]

@@ -19,10 +19,11 @@ def test_show_and_plan_the_zoo_cards(capsys):
     assert code == 0 and "recurrent state" in out
     code, out, _ = run("plan", "qwen3.5-27b", "--devices", "8", capsys=capsys)
     assert code == 0
-    # every state byte in the report: the conv histories and the f32 recurrent state
-    assert ("l0_gdn.recurrent (whole state): 16x1x6x128x128 float32, 6.00 MiB per core, "
+    # every state byte in the report: the conv histories and the f32 recurrent
+    # state, of the 48 GDN layers (the body's run of 3, looped, x 16)
+    assert ("l0_gdn.recurrent (whole state): 48x1x6x128x128 float32, 18.00 MiB per core, "
             "split over the cores") in out
-    assert "l0_gdn.hist_v (whole state): 16x1x3x768 bfloat16" in out
+    assert "l0_gdn.hist_v (whole state): 48x1x3x768 bfloat16" in out
 
 
 def test_checkpoint_folder_compiles_checks_and_aot_compiles(tmp_path, capsys):

@@ -115,8 +115,8 @@ def test_every_collective_lies_between_producer_and_consumer(case):
     per_layer = [s for s in sites if s.stack is not None]
     assert len(per_layer) == sum(len(st.reductions) for st in plan.shard.stacks)
     # Sequence numbers run 0, 1, 2, ... through the step, so parity alternates.
-    seqs = sorted(s.seq_offset + k * s.seq_stride for s in per_layer
-                  for k in range(s.per_step))
+    # (k: a site's run-layer index, over its run's layers of every repetition)
+    seqs = sorted(s.seq(k) for s in per_layer for k in range(s.per_step))
     first = 1 if plan.shard.embed == "vocab" else 0
     assert seqs == list(range(first, first + len(seqs)))
     # The ring runs ahead across layers and into the LM head: the tiles in
@@ -124,9 +124,12 @@ def test_every_collective_lies_between_producer_and_consumer(case):
     stream = plan.memory.stream
     last = max(per_layer, key=lambda s: (s.stack, s.point))
     ss = stream.stacks[last.stack]
-    flying = overlapping_tiles(last, stream, ss.count - 1)
+    flying = overlapping_tiles(last, stream, last.per_step - 1)
     layer_end = ss.offset + ss.count * ss.per_layer
-    expected = min(stream.num_banks, stream.total - (layer_end - ss.per_layer + last.overlap_first))
+    # the tile after the last one its producer consumed, in its last run-layer
+    after = (ss.flat(last.per_step - 1, last.overlap_first - 1) + 1 if last.overlap_first
+             else ss.offset + (ss.count - 1) * ss.per_layer)
+    expected = min(stream.num_banks, stream.total - after)
     assert len(flying) == max(expected, 0)
     if flying and flying[-1] >= layer_end:
         assert stream.head_offset <= flying[-1] < stream.total

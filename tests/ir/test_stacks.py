@@ -53,3 +53,35 @@ def test_card_layer_types_build_each_layer_from_the_mixer_table():
                for layer in model.layers]
     assert windows == [8, None] * 3
     assert [(s.start, s.count, s.period) for s in model.stacks] == [(0, 3, 2)]
+
+
+def test_a_body_keeps_one_copy_of_each_run_of_equal_layers():
+    """AAAB x 3: runs (0, 3) and (3, 1); the merged body is one A (``l0_``)
+    then B (``l3_``), and run-layer k of a run of c layers is repetition
+    k // c, layer k % c of the run."""
+    a, b = _layers()
+    layers = (a, a, a, b) * 3
+    st = find_stacks(layers)[0]
+    assert (st.start, st.count, st.period, st.runs) == (0, 3, 4, ((0, 3), (3, 1)))
+    assert st.layer == merge_body((a, a, a, b), st.runs)
+    assert {n.name.split("_")[0] for n in st.layer.nodes} == {"l0", "l3"}
+    assert st.layer.node("l3_input_norm").inputs == ("l0_y",)
+    assert st.reps("l0_attention") == 9 and st.reps("l3_attention") == 3
+    assert st.place(4, "l0_attention") == (5, "attention")      # repetition 1, layer 1
+    assert st.place(2, "l3_attention") == (11, "attention")
+    # every layer's every weight has exactly one (run-layer, body name)
+    from megakernel.ir.graph import body_local_name
+
+    seen = set()
+    for i in range(len(layers)):
+        for p in layers[i].params(a.tensors[0].dtype):
+            k, local = body_local_name(0, 4, i, p, st.runs)
+            assert st.global_name(k, local) == f"layers.{i}.{p}"
+            seen.add((k, local))
+    assert len(seen) == sum(len(layer.params(a.tensors[0].dtype)) for layer in layers)
+
+
+def test_bodies_without_repeated_layers_have_no_runs():
+    a, b = _layers()
+    assert find_stacks((a, b) * 3)[0].runs == ()
+    assert find_stacks((a,) * 4)[0].runs == ()
