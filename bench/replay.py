@@ -92,18 +92,31 @@ def plan_compute(plan) -> PlanCompute:
         if p.stack is not None:
             steady.setdefault(p.stack, []).append(p)
     for ss in stream.stacks:
+        tiles = {n.node: n.count for n in ss.node_tiles}
         for rep in range(ss.count):
             # a repetition's phases consume its tiles in stream order (a
             # run's layer once per layer of the run)
             at = ss.offset + rep * ss.per_layer
             for p in steady[ss.stack]:
-                charge(work(p), list(range(at, at + p.tiles)))
-                at += p.tiles
+                n = tiles.get(_run_node(ss, p.name.split(".", 1)[1]), 0)
+                charge(work(p), list(range(at, at + n)))
+                at += n
     for name in ("final_norm", "lm_head", "logits", "epilogue"):
         if name in head:
             charge(work(head[name]), list(range(stream.head_offset, stream.total))
                    if name == "lm_head" else [])
     return PlanCompute(before, tuple(after), tuple(e.tile.nbytes for e in stream.expand()))
+
+
+def _run_node(ss, name: str) -> str:
+    """The body node whose tiles phase ``name`` streams: a phase of layer
+    ``l{j}_`` of a run streams the run's one copy, ``l{first}_``."""
+    head, sep, rest = name.partition("_")
+    if not ss.body_runs or not sep or not head[1:].isdigit():
+        return name
+    j = int(head[1:])
+    first = max(f for f, _ in ss.body_runs if f <= j)
+    return f"l{first}_{rest}"
 
 
 def replay(program, target, *, rows_padded: int, itemsize: int, f32: bool,
