@@ -23,7 +23,9 @@ loop's trip count made opaque compiles in 51.2 s (1.4x). libtpu's profile
 per-basic-block LLO passes (alias analysis under bundle packing, the
 dependency graph, the scheduler, the coalescers: 2.1-2.6x the cut's
 samples), not in Mosaic's MLIR passes (1.37x). So issue 11's 1.3x is not
-met: 1.7x, from 2.7-3.0x.
+met: 1.7x, from 2.7-3.0x. Against two periods (8 layers, looped like the 64)
+the depth costs nothing: 64 layers 66.5 s, 8 layers 66.3 s, 4 layers 37.1 s,
+one after another on the idle machine at the end of that day.
 
 VMEM by the compiler against the plan: 45.96 MiB against 46.04 (-0.08; the
 one-period cut 45.70 against 45.18; at 4 steps per call 46.00 against
