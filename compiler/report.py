@@ -204,9 +204,9 @@ def _format_lines(plan: Plan, md: bool) -> list[str]:
         f"weight ring per step per core: {_size(total)} ({total:,} bytes; every byte the "
         "kernel's ring DMAs move, equal to trace mode's)"]
     for e in plan.memory.experts:
-        count = {e.stack: plan.shard.stacks[e.stack].reps(e.node)}
-        worst = count[e.stack] * e.bytes_per_layer
-        plain = count[e.stack] * e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * item
+        layers = plan.shard.stacks[e.stack].reps(e.node)     # a run's: every run-layer
+        worst = layers * e.bytes_per_layer
+        plain = layers * e.max_distinct * e.chunks * 3 * e.hidden * e.chunk * item
         lines.append(f"stack {e.stack} {e.node} routed experts ({e.format}): at most "
                      f"{_size(worst)} per step per core (codes and scales), "
                      f"{_size(plain)} as {plan.model.dtype.value}")

@@ -98,3 +98,17 @@ def ring_layout(stream) -> RingLayout:
     aux = tuple(dict.fromkeys([_aux_shape(t) for t in tiles if not aligned(t)] + scale_views))
     layout = RingLayout(stream.num_banks, rows, cols, aux, 1, scales=bool(scale_views))
     return dataclasses.replace(layout, max_pieces=max(layout.pieces(t) for t in tiles))
+
+
+def run_of(runs, j: int) -> tuple[int, int, int, int]:
+    """(first tile, tiles, layers, first place in a repetition) of the run
+    holding tile ``j`` of a stack whose body has runs of equal layers
+    (``runs``: (first tile, tiles, layers) each, in stream order). Shared by
+    the planner's stream (tile_weights.StackStream) and the kernel's ring
+    (backends/pallas_tpu/ring.Segment)."""
+    off = 0
+    for t0, n, c in runs:
+        if t0 <= j < t0 + n or (n == 0 and j == t0):
+            return t0, n, c, off
+        off += n * c
+    raise IndexError(j)

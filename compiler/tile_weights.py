@@ -30,6 +30,7 @@ from megakernel.compiler.layout import (LANES, itemsize, padded_bytes, round_up,
                                         word_rows)
 from megakernel import dtypes, formats
 from megakernel.compiler.plan_json import OMIT_DEFAULT
+from megakernel.compiler.ring_layout import run_of
 from megakernel.compiler.shard import ShardPlan
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import body_global_name
@@ -146,12 +147,7 @@ class StackStream:
     def run_at(self, j: int) -> tuple[int, int, int, int]:
         """(first tile, tiles, layers, offset in a repetition) of the run
         holding tile ``j``."""
-        off = 0
-        for t0, n, c in self.runs:
-            if t0 <= j < t0 + n or (n == 0 and j == t0):
-                return t0, n, c, off
-            off += n * c
-        raise IndexError(j)
+        return run_of(self.runs, j)
 
     def layers_of(self, j: int) -> int:
         """Layers of the run holding tile ``j``."""

@@ -31,6 +31,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from megakernel import dtypes
 from megakernel.backends.pallas_tpu.ring_runs import quotient, refill_run
+from megakernel.compiler.ring_layout import run_of
 from megakernel.errors import EmitError
 
 
@@ -118,12 +119,7 @@ class Segment:
     def run_at(self, j: int) -> tuple[int, int, int, int]:
         """(first tile, tiles, layers, first place in a repetition) of the
         run holding tile ``j``."""
-        off = 0
-        for t0, n, c in self.runs:
-            if t0 <= j < t0 + n:
-                return t0, n, c, off
-            off += n * c
-        raise IndexError(j)
+        return run_of(self.runs, j)
 
     def at(self, place: int) -> tuple[int, int, int]:
         """(run layers, run layer, tile) of static place ``place`` of a repetition."""
