@@ -66,6 +66,9 @@ def check_line(result) -> str:
     verdict = "PASS" if result.ok else "FAIL"
     ties = result.near_ties
     tied = f" (the rest {ties} near-tie(s) within the logit error)" if ties else ""
+    if result.route_ties:
+        tied += (f"; {result.route_ties} sequence(s) not compared: the reference routes "
+                 f"them by a margin rounding can flip")
     return (f"{verdict}: {result.steps} step(s), tokens agree {result.token_agreement:.0%}{tied}, "
             f"max |logits - reference| {result.max_abs_err:.2e} (tolerance "
             f"{result.tolerance:.2e}), max cache error {result.cache_max_err:.2e}, "

@@ -34,6 +34,7 @@ class _Ctx:
     positions: Array              # [B, T] int32
     caches: dict[str, Array]      # read and written by attention ops
     prefix: str                   # "layers.{i}."
+    margins: list | None = None   # routing_margins' probe: each MoE op's [n] margins
 
 
 @jax.tree_util.register_pytree_node_class
@@ -172,8 +173,9 @@ def mlp(op, p, x):
     return matmul(activation(op.activation, matmul(x, p["up"])), p["down"])
 
 
-def route(op, p, x) -> tuple[Array, Array]:
-    """Router: (expert ids [n, k], combine weights [n, k]) for every row."""
+def route(op, p, x, margins: list | None = None) -> tuple[Array, Array]:
+    """Router: (expert ids [n, k], combine weights [n, k]) for every row.
+    ``margins`` collects each row's routing margin (``selection_margin``)."""
     logits = matmul(x, p["router"])
     if op.router_logit_bias:
         logits = logits + p["router_logit_bias"].astype(jnp.float32)
@@ -188,6 +190,10 @@ def route(op, p, x) -> tuple[Array, Array]:
         _, best = jax.lax.top_k(group_score, op.topk_group)
         keep = jnp.zeros((n, op.n_group), bool).at[jnp.arange(n)[:, None], best].set(True)
         select = jnp.where(keep[:, :, None], groups, -jnp.inf).reshape(n, op.num_experts)
+        if margins is not None:
+            margins.append(selection_margin(group_score, op.topk_group))
+    if margins is not None:
+        margins.append(selection_margin(select, op.top_k))
     _, ids = jax.lax.top_k(select, op.top_k)
     weights = jnp.take_along_axis(scores, ids, axis=-1)
     if op.renormalize:
@@ -195,10 +201,19 @@ def route(op, p, x) -> tuple[Array, Array]:
     return ids, weights * op.routed_scaling
 
 
-def moe(op, p, x):
+def selection_margin(select: Array, k: int) -> Array:
+    """[n]: how far each row's k-th best score is above its (k+1)-th, i.e. how
+    much rounding it takes to pick another set (inf when nothing is left out)."""
+    if k >= select.shape[-1]:
+        return jnp.full(select.shape[:-1], jnp.inf, jnp.float32)
+    best = jax.lax.top_k(select, k + 1)[0]
+    return jnp.where(jnp.isfinite(best[:, k]), best[:, k - 1] - best[:, k], jnp.inf)
+
+
+def moe(op, p, x, margins: list | None = None):
     """Every expert on every row, combined with the router's weights (zero for
     unselected experts): slow, and obviously equal to the routed sum."""
-    ids, weights = route(op, p, x)
+    ids, weights = route(op, p, x, margins)
     combine = jnp.zeros((x.shape[0], op.num_experts), jnp.float32)
     combine = combine.at[jnp.arange(x.shape[0])[:, None], ids].add(weights)
     weights = [p["experts_gate"], p["experts_up"], p["experts_down"]]
@@ -222,7 +237,7 @@ REFERENCE.register("linear")(lambda n, p, xs, ctx: linear(n.op, p, xs[0]))
 REFERENCE.register("rope")(lambda n, p, xs, ctx: rope(n.op, xs[0], ctx.positions))
 REFERENCE.register("attention")(lambda n, p, xs, ctx: attention(n.op, *xs, ctx, n.name, p))
 REFERENCE.register("mlp")(lambda n, p, xs, ctx: mlp(n.op, p, xs[0]))
-REFERENCE.register("moe")(lambda n, p, xs, ctx: moe(n.op, p, xs[0]))
+REFERENCE.register("moe")(lambda n, p, xs, ctx: moe(n.op, p, xs[0], ctx.margins))
 REFERENCE.register("add")(lambda n, p, xs, ctx: xs[0] + xs[1])
 
 
@@ -232,15 +247,16 @@ def init_caches(model: Model, batch: int) -> dict[str, Array]:
             for name, spec in model.cache_specs(batch).items()}
 
 
-def final_hidden(model: Model, weights, tokens, start_pos, caches):
-    """Run embedding and every layer; returns (normed hidden [n, H], caches)."""
+def final_hidden(model: Model, weights, tokens, start_pos, caches, margins: list | None = None):
+    """Run embedding and every layer; returns (normed hidden [n, H], caches).
+    ``margins`` collects every MoE op's routing margins (``routing_margins``)."""
     b, t = tokens.shape
     positions = start_pos[:, None].astype(jnp.int32) + jnp.arange(t, dtype=jnp.int32)[None, :]
     caches = dict(caches)
     x = jnp.take(weights["embed.weight"], tokens.reshape(-1), axis=0).astype(jnp.float32)
     x = _apply_ops(model.embed_ops, "embed_ops", x)
     for i, layer in enumerate(model.layers):
-        ctx = _Ctx(b, t, positions, caches, f"layers.{i}.")
+        ctx = _Ctx(b, t, positions, caches, f"layers.{i}.", margins)
         env = {layer.input: x}
         for node in layer.nodes:
             params = {k.split(".")[-1]: weights[f"layers.{i}.{k}"]
@@ -274,6 +290,23 @@ def _apply_ops(ops, where: str, x):
 
 
 decode_step_jit = jax.jit(decode_step, static_argnums=0)
+
+
+def routing_margins(model: Model, weights, tokens, start_pos, caches) -> Array:
+    """[B]: the smallest routing margin of each sequence in this step, over
+    every MoE op and token (inf for a model without routing). A margin is the
+    gap between the last chosen and the first unchosen selection score (and
+    between the last chosen and first unchosen expert group, for grouped
+    routing): the rounding a kernel may differ by to choose other experts."""
+    margins: list = []
+    final_hidden(model, weights, tokens, start_pos, caches, margins)
+    b = tokens.shape[0]
+    if not margins:
+        return jnp.full((b,), jnp.inf, jnp.float32)
+    return jnp.min(jnp.stack([m.reshape(b, -1).min(-1) for m in margins]), axis=0)
+
+
+routing_margins_jit = jax.jit(routing_margins, static_argnums=0)
 
 
 def as_jax(weights: dict[str, np.ndarray]) -> dict:

@@ -45,7 +45,11 @@ def call(runner, tokens, start_pos, *, end_id: int = -1, limit=None):
 def expected(model, weights, tokens, start_pos, caches, steps: int, *, end_id: int = -1,
              limit=None):
     """N single greedy reference steps with the stop rule -> (tokens [B, N],
-    last step's logits [B, V], running mask of the last step [B], caches)."""
+    last step's logits [B, V], running mask of the last step [B], caches,
+    routing near-ties [B]: the sequences a running step routed by a margin
+    below ``run.ROUTE_TIE``)."""
+    from megakernel.backends.pallas_tpu.run import route_ties
+
     b = len(tokens)
     limit = np.minimum(np.full((b,), model.max_seq_len) if limit is None else limit,
                        model.max_seq_len)
@@ -53,10 +57,12 @@ def expected(model, weights, tokens, start_pos, caches, steps: int, *, end_id: i
     stopped = pos >= limit
     out = np.zeros((b, steps), np.int32)
     logits = running = None
+    tied = np.zeros(b, bool)
     for i in range(steps):
         if i:
             stopped |= pos + 1 >= limit
             pos = np.where(stopped, pos, pos + 1)
+        tied |= ~stopped & route_ties(model, weights, tok[:, None], pos, caches)
         step_logits, new = reference.decode_step_jit(model, weights, jnp.asarray(tok[:, None]),
                                                      jnp.asarray(pos), caches)
         keep = stopped.copy()
@@ -68,7 +74,7 @@ def expected(model, weights, tokens, start_pos, caches, steps: int, *, end_id: i
         running, logits = ~stopped, np.asarray(step_logits)[:, 0]
         tok = np.where(stopped, tok, nxt)
         stopped |= (~stopped) & (nxt == end_id)
-    return out, logits, running, caches
+    return out, logits, running, caches, tied
 
 
 def check_steps(model, plan, weights, module, interpret, *, seed: int = 0, prompt: int = 3,
@@ -94,20 +100,21 @@ def check_steps(model, plan, weights, module, interpret, *, seed: int = 0, promp
     if end_at is not None:
         free, *_ = expected(model, w, tokens, start, caches, end_at + 1, limit=limit)
         end_id = int(free[0, end_at])
-    want, ref_logits, running, ref_caches = expected(model, w, tokens, start, caches, n,
-                                                     end_id=end_id, limit=limit)
+    want, ref_logits, running, ref_caches, tied = expected(model, w, tokens, start, caches, n,
+                                                           end_id=end_id, limit=limit)
     got, logits = call(runner, tokens, start, end_id=end_id, limit=limit)
     if races_found():
         return CheckResult(float("inf"), 0.0, float("inf"), n, time.perf_counter() - t0, True)
-    kc = runner.caches()
-    cache_err = max(float(np.max(np.abs(kc[k].astype(np.float32) - np.asarray(v, np.float32))))
-                    for k, v in ref_caches.items())
+    keep, kc = ~tied, runner.caches()
+    cache_err = max(float(np.max(np.abs(kc[k].astype(np.float32) - np.asarray(v, np.float32))[keep],
+                                 initial=0.0)) for k, v in ref_caches.items())
     cache_scale = max(float(np.max(np.abs(np.asarray(v, np.float32))))
                       for v in ref_caches.values())
     err, scale = 0.0, float(np.max(np.abs(ref_logits)))
-    if logits is not None and running.any():
-        err = float(np.max(np.abs(logits[running] - ref_logits[running])))
+    if logits is not None and (running & keep).any():
+        err = float(np.max(np.abs(logits[running & keep] - ref_logits[running & keep])))
     dt = model.dtype.value
-    return CheckResult(err, float(np.mean(got == want)), cache_err, n, time.perf_counter() - t0,
+    agreement = float(np.mean(got[keep] == want[keep])) if keep.any() else 1.0
+    return CheckResult(err, agreement, cache_err, n, time.perf_counter() - t0,
                        False, TOL[dt] * (1.0 + scale), [err], CACHE_TOL[dt] * (1.0 + cache_scale),
-                       tokens=got)
+                       tokens=got, route_ties=int(tied.sum()))
