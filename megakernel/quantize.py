@@ -202,9 +202,11 @@ def to_words(p: Packed) -> np.ndarray:
     return words.reshape(*lead, k // per, n).astype(np.int32)
 
 
-def decode(fmt: Format, words):
+def decode(fmt: Format, words, mxu: str | None = None):
     """int32 words [8 U, N] (whole units) -> code values f32 [U * unit, N],
-    with signed int32 shifts and masks only (usable inside the kernel)."""
+    with signed int32 shifts and masks only (usable inside the kernel).
+    ``mxu``: the path whose word layout ``words`` has (default the format's
+    own, ``to_words``); the calibration decodes each path's own layout."""
     import jax
     import jax.numpy as jnp
 
@@ -218,7 +220,7 @@ def decode(fmt: Format, words):
         field = jnp.right_shift(top, 32 - bits)
         planes.append(field if fmt.code in ("int8", "int4")
                       else jnp.bitwise_and(field, (1 << bits) - 1))
-    if fmt.mxu == "fp8":        # bitcast order: field i of word row r is code row per r + i
+    if (mxu or fmt.mxu) == "fp8":    # bitcast order: field i of word row r is code row per r + i
         codes = jnp.stack(planes, axis=1).reshape(rows * per, n)
     else:
         codes = jnp.concatenate([p.reshape(rows // WORD_ROWS, WORD_ROWS, n) for p in planes],
@@ -242,12 +244,13 @@ def decode(fmt: Format, words):
     return jnp.where(jnp.bitwise_and(codes, 8) != 0, -mag, mag)
 
 
-def dequantize(fmt: Format, words, scales, dtype):
+def dequantize(fmt: Format, words, scales, dtype, mxu: str | None = None):
     """words [8 U, N] and f32 scales [rows / g, N] -> weights [rows, N] in
-    ``dtype``: code x scale of its group, in f32, then rounded to ``dtype``."""
+    ``dtype``: code x scale of its group, in f32, then rounded to ``dtype``
+    (``mxu``: as ``decode``)."""
     import jax.numpy as jnp
 
-    codes = decode(fmt, words)
+    codes = decode(fmt, words, mxu)
     rows, n = codes.shape
     groups = scales.shape[0]
     g = rows // groups
