@@ -29,10 +29,11 @@ the sublanes. ``dequantize`` = decode, times the scale of each row's group, in
 f32, cast to the model dtype: the reference calls it on whole matrices, the
 kernel on each streamed tile, so both see the same bf16 weights.
 
-Formats the MXU takes as they are (``Format.mxu == "fp8"``: fp8_b128) are not
-dequantised: their words are a plain bitcast of the codes (``to_words``), the
-kernel feeds each 128-row group to the MXU as float8 and multiplies the dot's
-output columns by the group's scales, and the reference computes the same
+Formats the MXU takes as float8 (``Format.mxu == "fp8"``: fp8_b128, mxfp4,
+int4) are not dequantised: their words are a plain bitcast of the codes
+(``to_words``), the kernel feeds each group to the MXU as float8
+(backends/pallas_tpu/dequant.py) and multiplies the dot's output columns by
+the group's scales, and the reference computes the same
 sum_g (x_g @ codes_g) * s_g (``models/reference.py`` ``ScaledCodes``): the
 products are exact in f32 either way, so only the order of f32 sums differs.
 """
