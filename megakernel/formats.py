@@ -28,8 +28,12 @@ below). The kernel unpacks words with signed int32 shifts and masks only
 (``megakernel/quantize.py``), except for formats whose codes go to the MXU
 as float8 (``mxu="fp8"``; TPU7x takes a bf16 x float8 dot at twice the bf16
 weight rate): fp8_b128 as they are, MXFP4's e2m1 turned into e4m3 bits
-exactly (value x 2^-6). Their words are a plain bitcast of the codes, and
-each group's dot is scaled after it.
+exactly (value x 2^-6), int4 c as the e4m3 byte u = c + 8 (value u x 2^-9,
+exact: subnormals 0-7, then the first normal binade; the offset comes off
+each group's dot as 8 rowsum(x_g)). Their words are a plain bitcast of the
+codes, and each group's dot is scaled after it. Which path a format takes is
+measured: ``megakernel calibrate`` runs every format through each of its
+``mxu_paths`` and a test holds ``mxu`` to the fastest (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ from megakernel.errors import IRError
 
 # Per output channel: one group spans the whole input dimension.
 WHOLE = 0
+# Codes whose values the MXU can take exactly as float8 e4m3 operands, each by
+# bitwise ops on the words (backends/pallas_tpu/dequant.py ``_float8``).
+FP8_CODES = ("float8_e4m3fn", "float4_e2m1fn", "int4")
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,13 @@ class Format:
     @property
     def plain(self) -> bool:
         return self.code_bits == 0
+
+    @property
+    def mxu_paths(self) -> tuple[str, ...]:
+        """Every path the kernel has for these codes (``dequant.matmul``), the
+        format's own (``mxu``) first; ``megakernel calibrate`` measures each."""
+        paths = ("dequant", "fp8") if self.code in FP8_CODES else ("dequant",)
+        return (self.mxu, *(p for p in paths if p != self.mxu)) if not self.plain else ()
 
     @property
     def code_rows(self) -> int:
@@ -137,7 +151,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("int8", "int8", 8, WHOLE, 1, "bfloat16", 16,
            "int8 codes, one bf16 scale per output channel"),
     *(Format(f"int4_g{g}", "int4", 4, g, 1, "bfloat16", 16,
-             f"int4 codes, one bf16 scale per {g} inputs of each output") for g in (32, 64, 128)),
+             f"int4 codes, one bf16 scale per {g} inputs of each output", "fp8")
+      for g in (32, 64, 128)),
     Format("fp8_b128", "float8_e4m3fn", 8, 128, 128, "float32", 32,
            "float8 e4m3fn codes, one f32 scale per 128 x 128 block (DeepSeek-V3)", "fp8"),
     Format("mxfp4", "float4_e2m1fn", 4, 32, 1, "e8m0", 8,

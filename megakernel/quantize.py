@@ -29,10 +29,11 @@ the sublanes. ``dequantize`` = decode, times the scale of each row's group, in
 f32, cast to the model dtype: the reference calls it on whole matrices, the
 kernel on each streamed tile, so both see the same bf16 weights.
 
-Formats the MXU takes as they are (``Format.mxu == "fp8"``: fp8_b128) are not
-dequantised: their words are a plain bitcast of the codes (``to_words``), the
-kernel feeds each 128-row group to the MXU as float8 and multiplies the dot's
-output columns by the group's scales, and the reference computes the same
+Formats the MXU takes as float8 (``Format.mxu == "fp8"``: fp8_b128, mxfp4,
+int4) are not dequantised: their words are a plain bitcast of the codes
+(``to_words``), the kernel feeds each group to the MXU as float8
+(backends/pallas_tpu/dequant.py) and multiplies the dot's output columns by
+the group's scales, and the reference computes the same
 sum_g (x_g @ codes_g) * s_g (``models/reference.py`` ``ScaledCodes``): the
 products are exact in f32 either way, so only the order of f32 sums differs.
 """
@@ -202,9 +203,11 @@ def to_words(p: Packed) -> np.ndarray:
     return words.reshape(*lead, k // per, n).astype(np.int32)
 
 
-def decode(fmt: Format, words):
+def decode(fmt: Format, words, mxu: str | None = None):
     """int32 words [8 U, N] (whole units) -> code values f32 [U * unit, N],
-    with signed int32 shifts and masks only (usable inside the kernel)."""
+    with signed int32 shifts and masks only (usable inside the kernel).
+    ``mxu``: the path whose word layout ``words`` has (default the format's
+    own, ``to_words``); the calibration decodes each path's own layout."""
     import jax
     import jax.numpy as jnp
 
@@ -218,7 +221,7 @@ def decode(fmt: Format, words):
         field = jnp.right_shift(top, 32 - bits)
         planes.append(field if fmt.code in ("int8", "int4")
                       else jnp.bitwise_and(field, (1 << bits) - 1))
-    if fmt.mxu == "fp8":        # bitcast order: field i of word row r is code row per r + i
+    if (mxu or fmt.mxu) == "fp8":    # bitcast order: field i of word row r is code row per r + i
         codes = jnp.stack(planes, axis=1).reshape(rows * per, n)
     else:
         codes = jnp.concatenate([p.reshape(rows // WORD_ROWS, WORD_ROWS, n) for p in planes],
@@ -242,12 +245,13 @@ def decode(fmt: Format, words):
     return jnp.where(jnp.bitwise_and(codes, 8) != 0, -mag, mag)
 
 
-def dequantize(fmt: Format, words, scales, dtype):
+def dequantize(fmt: Format, words, scales, dtype, mxu: str | None = None):
     """words [8 U, N] and f32 scales [rows / g, N] -> weights [rows, N] in
-    ``dtype``: code x scale of its group, in f32, then rounded to ``dtype``."""
+    ``dtype``: code x scale of its group, in f32, then rounded to ``dtype``
+    (``mxu``: as ``decode``)."""
     import jax.numpy as jnp
 
-    codes = decode(fmt, words)
+    codes = decode(fmt, words, mxu)
     rows, n = codes.shape
     groups = scales.shape[0]
     g = rows // groups

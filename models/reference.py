@@ -316,7 +316,7 @@ def as_jax(weights: dict[str, np.ndarray]) -> dict:
     def one(v):
         if not isinstance(v, Packed):
             return jnp.asarray(v)
-        if v.fmt.mxu == "fp8":       # code values (e4m3, e2m1) are exact in f32
+        if v.fmt.mxu == "fp8":       # code values (e4m3, e2m1, int4) are exact in f32
             return ScaledCodes(jnp.asarray(decode_np(v)), jnp.asarray(v.scales, jnp.float32),
                                v.dtype)
         return dequantize_packed(v)

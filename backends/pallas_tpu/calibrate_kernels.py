@@ -18,10 +18,12 @@ import functools
 import json
 import sys
 
+from megakernel import formats       # no jax: the profile flags must precede its import
+
 MiB = 2**20
 M_DECODE = 8          # LHS rows at decode (one sublane tile)
 KDIM = 2048           # contracting size of the matmul probes
-QUANTIZED = ("int8", "int4_g32", "int4_g64", "int4_g128", "fp8_b128", "mxfp4")
+QUANTIZED = tuple(f.name for f in formats.FORMATS.values() if not f.plain)
 
 
 def _jax():
@@ -75,7 +77,6 @@ def quantized(fmt: str, n: int, mxu: str | None = None):
     ``dequant.matmul``: its MXU path with the decode it needs (``mxu`` forces
     the other path, to compare the two)."""
     jax, jnp, pl, pltpu = _jax()
-    from megakernel import formats
     from megakernel.backends.pallas_tpu import dequant, runtime
 
     f = formats.get(fmt)
@@ -192,11 +193,12 @@ KERNELS = {
        for dt in ("bfloat16", "float32", "float8_e4m3fn", "int8", "int4")
        for lay in ("kn", "nk")},
     # each quantized format through the kernel's own path (dequant.matmul), and
-    # fp8_b128 through the other one (dequantised to bf16), to compare
+    # through every other path it has (``matmul.q.{fmt}_{path}``), to compare
     **{f"matmul.q.{fmt}.kn": _pair(lambda n, fmt=fmt: quantized(fmt, n), 1024, 2048)
        for fmt in QUANTIZED},
-    "matmul.q.fp8_b128_dequant.kn": _pair(lambda n: quantized("fp8_b128", n, "dequant"),
-                                          1024, 2048),
+    **{f"matmul.q.{fmt}_{path}.kn": _pair(lambda n, fmt=fmt, path=path:
+                                         quantized(fmt, n, path), 1024, 2048)
+       for fmt in QUANTIZED for path in formats.get(fmt).mxu_paths[1:]},
     # f32 at full precision (the attention kernels' HIGHEST dots)
     "matmul.float32_highest.kn": _pair(
         lambda n: matmul("float32", "kn", n, precision="HIGHEST"), 1024, 2048),

@@ -25,8 +25,9 @@ def matmul(x, words, scales, fmt: str, dtype, dot, mxu: str | None = None):
     cols] f32, or [1, cols] per channel) to ``dtype``; ``dot`` is the caller's
     matmul (the reference's arithmetic for its operands). A format whose
     codes the MXU takes as they are (``Format.mxu``) goes through
-    ``_scaled_fp8``; ``mxu`` overrides the format's path (the calibration
-    compares both)."""
+    ``_scaled_fp8``; ``mxu`` overrides the format's path and the word layout
+    it reads (the calibration measures every path of a format, each on the
+    layout ``quantize.to_words`` would give it)."""
     f = formats.get(fmt)
     if (mxu or f.mxu) == "fp8":
         return _scaled_fp8(x, words, scales, fmt, dtype)
@@ -40,7 +41,7 @@ def matmul(x, words, scales, fmt: str, dtype, dot, mxu: str | None = None):
     for r in range(0, rows, step):
         n = min(step, rows - r)
         s = scales if scales.shape[0] == 1 else scales[r // g:(r + n) // g]
-        w = quantize.dequantize(f, words[pl.ds(r // per, n // per), :], s, dtype)
+        w = quantize.dequantize(f, words[pl.ds(r // per, n // per), :], s, dtype, mxu)
         part = dot(x[:, r:r + n], w)
         acc = part if acc is None else acc + part
     return acc
@@ -49,41 +50,79 @@ def matmul(x, words, scales, fmt: str, dtype, dot, mxu: str | None = None):
 def _scaled_fp8(x, words, scales, fmt, dtype):
     """sum_g (x_g @ codes_g) * scales_g over the groups of a format whose codes
     go to the MXU as float8 (``words``: a ref of their plain bitcast): each
-    chunk of whole groups is bitcast to float8 (e2m1 first to e4m3 bits,
-    value x 2^-6, so its scales are taken x 2^6), and each group's dot, with
-    x in the model dtype (TPU7x runs a bf16 x float8 dot at the fp8 weight
-    rate, platform-facts.md), is scaled on its f32 output columns. The
-    products are exact, as in the reference's ``ScaledCodes``. An f32 model's
-    x has no float8 dot: its codes are widened to f32 (exactly) first."""
+    chunk of whole groups is bitcast to float8 (``_float8``: e2m1 to e4m3 bits,
+    value x 2^-6; int4 c as u = c + 8, value u x 2^-9), and each group's dot,
+    with x in the model dtype (TPU7x runs a bf16 x float8 dot at the fp8 weight
+    rate, platform-facts.md), is scaled on its f32 output columns (the scales
+    taken x 2^6 or x 2^9). int4's offset comes off before the scale:
+    x_g @ c_g = 2^9 (x_g @ u_g 2^-9 - rowsum(x_g) / 64), the row sum over the
+    same rounded x the dot saw. The products are exact, as in the reference's
+    ``ScaledCodes``. An f32 model's x has no float8 dot: its codes are widened
+    to f32 (exactly, int4's offset taken off there) first."""
     f = formats.get(fmt)
     per = 32 // f.code_bits
     rows, groups = words.shape[0] * per, scales.shape[0]
     g = rows // groups
     chunk = max(g, 32 * per)             # whole groups, 32 word rows
-    unit = 64.0 if f.code_bits == 4 else 1.0
+    unit, offset = _FP8_UNIT[f.code]     # code value = (float8 value) x unit - offset
+    wide = jnp.dtype(dtype) == jnp.float32
+    cols = words.shape[1]
+    lanes = 128 if cols % 128 == 0 else cols
+    # rowsum(x_g) for int4's offset: a lane reduction where a group is whole
+    # 128-lane vregs; else on the MXU, x_g @ ones [g, 128], which puts it in
+    # every lane (lane reductions of 32 or 64 lanes cost libtpu's schedule
+    # more than the fp8 dots themselves; docs/formats.md)
+    ones = jnp.ones((g, lanes), dtype) if offset and not wide and g % 128 else None
     acc = None
     for r in range(0, rows, chunk):
         n = min(chunk, rows - r)
-        codes = _float8(words[pl.ds(r // per, n // per), :], f.code_bits)
-        if jnp.dtype(dtype) == jnp.float32:
+        codes = _float8(words[pl.ds(r // per, n // per), :], f.code)
+        if wide:
             codes = codes.astype(jnp.float32)
+            if offset:                   # u 2^-9 - 8 2^-9 = c 2^-9, exact in f32
+                codes = codes - offset / unit
         for c in range(0, n, g):
             i = (r + c) // g
-            part = jax.lax.dot_general(x[:, r + c:r + c + g].astype(dtype), codes[c:c + g],
-                                       (((1,), (0,)), ((), ())),
+            xg = x[:, r + c:r + c + g].astype(dtype)
+            part = jax.lax.dot_general(xg, codes[c:c + g], (((1,), (0,)), ((), ())),
                                        preferred_element_type=jnp.float32)
+            if offset and not wide:
+                if ones is None:
+                    rs = jnp.sum(xg.astype(jnp.float32), axis=1, keepdims=True)
+                else:
+                    rs = jax.lax.dot_general(xg, ones, (((1,), (0,)), ((), ())),
+                                             preferred_element_type=jnp.float32)
+                    if lanes != cols:
+                        rs = jnp.tile(rs, (1, cols // lanes))
+                part = part - rs * (offset / unit)
             scale = scales[i:i + 1, :]
             part = part * (scale * unit if unit != 1.0 else scale)
             acc = part if acc is None else acc + part
     return acc
 
 
-def _float8(words, bits):
-    """32-bit words of codes -> float8 e4m3 [rows, cols]: e4m3 codes by bitcast;
-    e2m1 nibbles sign-extended to int8, then (c << 2) & 0x9C moves sign,
-    exponent and mantissa to their e4m3 places (value x 2^-6, exact)."""
-    if bits == 8:
+# Per code type on the float8 path: (unit, offset), code value = float8 value
+# x unit - offset (``_float8``): e4m3 as it is, e2m1 moved to e4m3 bits
+# (x 2^-6), int4 c as the byte u = c + 8 (u x 2^-9: subnormals 0-7, then the
+# first normal binade 8-15).
+_FP8_UNIT = {"float8_e4m3fn": (1.0, 0.0), "float4_e2m1fn": (64.0, 0.0), "int4": (512.0, 8.0)}
+_NIBBLE_TOP_BITS = -0x77777778           # 0x88888888 as an int32
+
+
+def _float8(words, code):
+    """32-bit words of codes -> float8 e4m3 [rows, cols], exactly, bitwise
+    ops only (Mosaic has no int8 vector add; ``int4.astype(float8)`` trips
+    libtpu's type check): e4m3 codes by bitcast; e2m1 nibbles sign-extended
+    to int8, then (c << 2) & 0x9C moves sign, exponent and mantissa to their
+    e4m3 places (value x 2^-6); int4 nibbles with their top bit flipped
+    (u = c + 8 in [0, 15]), sign-extended and masked to the byte u, which
+    e4m3 reads as u x 2^-9."""
+    if code == "float8_e4m3fn":
         return pltpu.bitcast(words, jnp.float8_e4m3fn)
+    if code == "int4":
+        c8 = pltpu.bitcast(jnp.bitwise_xor(words, jnp.int32(_NIBBLE_TOP_BITS)),
+                           jnp.int4).astype(jnp.int8)
+        return pltpu.bitcast(jnp.bitwise_and(c8, jnp.int8(0x0F)), jnp.float8_e4m3fn)
     c8 = pltpu.bitcast(words, jnp.int4).astype(jnp.int8)
     e4m3 = jnp.bitwise_and(jnp.left_shift(c8, 2), jnp.int8(-100))       # 0x9C
     return pltpu.bitcast(e4m3, jnp.float8_e4m3fn)
