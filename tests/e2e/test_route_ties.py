@@ -5,14 +5,18 @@ The draw below failed a full run of tests/e2e/test_kernel_properties.py
 0.43 against 0.042, tokens equal, no race. Its layer-0 router puts the 4th and
 5th of 13 sigmoid scores 1.7e-4 and 2.1e-4 apart on the first new token of
 sequences 0 and 1, so the kernel's rounding (int4 projections, bf16 wire)
-chooses another expert there; sequence 2 routes with room to spare and must
-still match.
+chooses another expert there; sequence 2 routed with room to spare and
+matched. Since int4 weights go through the float8 path on both sides (exact
+products, 2026-12-04), the same draw's margins are 4.8e-4, 9.6e-4 and 6.5e-4
+on that step: sequence 0 is left out (below run.ROUTE_TIE), sequences 1 and 2
+are compared and match (logits 0.0084 off against 0.094, caches one ulp).
 """
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from megakernel.backends.pallas_tpu.run import ROUTE_TIE
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import ModelConfig, MoEConfig, build
 from megakernel.ir.weight_kinds import Quantize
@@ -48,13 +52,13 @@ def test_the_drawn_near_tie_is_found_by_the_reference():
     tokens = jnp.asarray(rng.integers(0, model.vocab_size, (3, 2)), jnp.int32)
     margins = np.asarray(reference.routing_margins_jit(model, w, tokens,
                                                        jnp.asarray([3, 4, 5]), caches))
-    assert (margins[:2] < 3e-4).all() and margins[2] > 1e-3, margins
+    assert margins.min() < ROUTE_TIE["bfloat16"] < margins.max(), margins
 
 
 @pytest.mark.slow
-def test_the_drawn_near_tie_passes_with_two_sequences_left_out():
+def test_the_drawn_near_tie_passes_with_its_tied_sequences_left_out():
     """On 2 cores (12 s; the failing run had 4: same reference, same tie)."""
     model = build(CARD)
     plan = plan_model(model, devices=2, batch=3, tokens=2)
     result = assert_plan_matches_reference(model, plan)
-    assert result.route_ties == 2, result
+    assert 1 <= result.route_ties < 3, result
