@@ -45,9 +45,11 @@ FORMAT = "megakernel.bench/1"
 
 # (zoo name, TensorCores); all at batch 1. DeepSeek-V3 and Kimi-K2 (MLA) need
 # 32 TensorCores (16 chips, tpu7x:4x4x1) to hold their bf16 weights.
-MODELS = (("tiny-dense", 1), ("tiny-moe", 1), ("llama-3.2-1b", 1), ("qwen3-8b", 4),
-          ("qwen3-32b", 8), ("qwen3-30b-a3b", 8), ("mixtral-8x7b", 8),
-          ("qwen3.5-27b", 8), ("qwen3-next-80b-a3b", 8), ("deepseek-v3", 32), ("kimi-k2", 32))
+MODELS = (("tiny-dense", 1), ("tiny-moe", 1), ("llama-3.2-1b", 1), ("gemma-3-1b", 1),
+          ("gemma-2-2b", 4), ("phi-3-mini-4k", 4), ("qwen3-8b", 4), ("mistral-7b-v0.1", 8),
+          ("olmo-2-7b", 8), ("qwen3-32b", 8), ("qwen3-30b-a3b", 8), ("mixtral-8x7b", 8),
+          ("gpt-oss-20b", 8), ("qwen3.5-27b", 8), ("qwen3-next-80b-a3b", 8),
+          ("deepseek-v3", 32), ("kimi-k2", 32))
 # Interpret-mode stages (check, trace) run the kernel on this CPU: tiny models only.
 INTERPRET = ("tiny-dense", "tiny-moe")
 # AOT compile time of the 64-layer model against the same model cut to this many layers.
@@ -385,8 +387,8 @@ def _run_job(name, devices, layers, timeout, no_aot) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run")
-    p.add_argument("--budget", type=float, default=13.5 * 60,
-                   help="seconds for the whole bench (default 810)")
+    p.add_argument("--budget", type=float, default=20 * 60,
+                   help="seconds for the whole bench (default 1200)")
     p.add_argument("--models", default=None, help="comma-separated subset of the zoo")
     p.add_argument("--no-aot", action="store_true")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
