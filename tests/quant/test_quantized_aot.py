@@ -20,11 +20,13 @@ pytest.importorskip("libtpu")
 # planned; tiny-moe/4 with mxfp4 experts 2.12 against 2.20 (docs/formats.md).
 # The third case cuts ring tiles and expert slices to the smallest scale
 # slices (fp8 blocks of one scale row at 16 KiB banks, int4_g64 expert
-# slices of two rows): Mosaic must take their unaligned HBM slices.
+# slices of two rows): Mosaic must take their unaligned HBM slices. The last
+# takes int8's two float8 dots through the ring and the expert slots.
 @pytest.mark.aot
 @pytest.mark.parametrize("name, devices, dense, experts, overrides", [
     ("tiny-dense", 2, "mxfp4", "plain", None), ("tiny-moe", 4, "int4_g64", "mxfp4", None),
-    ("tiny-moe", 1, "fp8_b128", "int4_g64", {"bank_bytes": 16 * 1024, "slot_chunks": 2})])
+    ("tiny-moe", 1, "fp8_b128", "int4_g64", {"bank_bytes": 16 * 1024, "slot_chunks": 2}),
+    ("tiny-moe", 2, "int8", "int8", None)])
 def test_quantized_kernel_compiles_for_tpu7x(name, devices, dense, experts, overrides,
                                              tmp_path):
     model = build(dataclasses.replace(zoo.card(name),
