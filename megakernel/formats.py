@@ -30,8 +30,7 @@ as float8 (``mxu="fp8"``; TPU7x takes a bf16 x float8 dot at twice the bf16
 weight rate): fp8_b128 as they are, MXFP4's e2m1 turned into e4m3 bits
 exactly (value x 2^-6), int4 c as the e4m3 byte u = c + 8 (value u x 2^-9,
 exact: subnormals 0-7, then the first normal binade; the offset comes off
-each group's dot as 8 rowsum(x_g)), int8 as two such bytes, its nibbles
-(c = 16 h + l, two dots). Their words are a plain bitcast of the
+each group's dot as 8 rowsum(x_g)). Their words are a plain bitcast of the
 codes, and each group's dot is scaled after it. Which path a format takes is
 measured: ``megakernel calibrate`` runs every format through each of its
 ``mxu_paths`` and a test holds ``mxu`` to the fastest (docs/formats.md).
@@ -48,7 +47,7 @@ from megakernel.errors import IRError
 WHOLE = 0
 # Codes whose values the MXU can take exactly as float8 e4m3 operands, each by
 # bitwise ops on the words (backends/pallas_tpu/dequant.py ``_float8``).
-FP8_CODES = ("float8_e4m3fn", "float4_e2m1fn", "int4", "int8")
+FP8_CODES = ("float8_e4m3fn", "float4_e2m1fn", "int4")
 
 
 @dataclass(frozen=True)
@@ -150,7 +149,7 @@ class Format:
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("plain", "", 0, WHOLE, 1, "", 0, "the model dtype, unquantized"),
     Format("int8", "int8", 8, WHOLE, 1, "bfloat16", 16,
-           "int8 codes, one bf16 scale per output channel", "fp8"),
+           "int8 codes, one bf16 scale per output channel"),
     *(Format(f"int4_g{g}", "int4", 4, g, 1, "bfloat16", 16,
              f"int4 codes, one bf16 scale per {g} inputs of each output", "fp8")
       for g in (32, 64, 128)),

@@ -60,8 +60,6 @@ def _scaled_fp8(x, words, scales, fmt, dtype):
     ``ScaledCodes``. An f32 model's x has no float8 dot: its codes are widened
     to f32 (exactly, int4's offset taken off there) first."""
     f = formats.get(fmt)
-    if f.code == "int8":
-        return _int8_fp8(x, words, scales, dtype)
     per = 32 // f.code_bits
     rows, groups = words.shape[0] * per, scales.shape[0]
     g = rows // groups
@@ -101,46 +99,6 @@ def _scaled_fp8(x, words, scales, fmt, dtype):
             part = part * (scale * unit if unit != 1.0 else scale)
             acc = part if acc is None else acc + part
     return acc
-
-
-def _int8_fp8(x, words, scales, dtype):
-    """x @ (c s) for int8 codes c (per output channel scales s) as two float8
-    dots: c = 16 h + l with l = c & 15 in [0, 15] and h = c >> 4 in [-8, 7],
-    taken from each byte of the words by int32 masks: the byte l and the byte
-    u = h + 8 are e4m3 values l 2^-9 and u 2^-9, exactly (int4's encoding, on
-    both nibbles). So x @ c = 2^13 (x @ U) + 2^9 (x @ L) - 128 rowsum(x), each
-    dot's products exact and summed in f32 over 128-row chunks, the row sum over
-    the same rounded x; the scales multiply the output columns once. An f32
-    model's x has no float8 dot: its codes are decoded to f32 (exactly)."""
-    rows, cols = words.shape[0] * 4, words.shape[1]
-    chunk = min(rows, 128)               # 32 word rows
-    wide = jnp.dtype(dtype) == jnp.float32
-    acc_u = acc_l = None
-    for r in range(0, rows, chunk):
-        w = words[pl.ds(r // 4, chunk // 4), :]
-        xr = x[:, r:r + chunk].astype(dtype)
-        if wide:
-            codes = quantize.decode(formats.get("int8"), w, "fp8")
-            part = jax.lax.dot_general(xr, codes, (((1,), (0,)), ((), ())),
-                                       preferred_element_type=jnp.float32)
-            acc_l = part if acc_l is None else acc_l + part
-            continue
-        low = jnp.bitwise_and(w, jnp.int32(_LOW_NIBBLES))
-        high = jnp.bitwise_xor(jnp.bitwise_and(jnp.right_shift(w, 4), jnp.int32(_LOW_NIBBLES)),
-                               jnp.int32(_BYTE_NIBBLE_TOPS))
-        du, dl = (jax.lax.dot_general(xr, pltpu.bitcast(b, jnp.float8_e4m3fn),
-                                      (((1,), (0,)), ((), ())),
-                                      preferred_element_type=jnp.float32) for b in (high, low))
-        acc_u = du if acc_u is None else acc_u + du
-        acc_l = dl if acc_l is None else acc_l + dl
-    if wide:
-        return acc_l * scales[0:1, :]
-    rs = jnp.sum(x[:, :rows].astype(dtype).astype(jnp.float32), axis=1, keepdims=True)
-    return (acc_u * 8192.0 + acc_l * 512.0 - rs * 128.0) * scales[0:1, :]
-
-
-_LOW_NIBBLES = 0x0F0F0F0F                # the low nibble of each byte
-_BYTE_NIBBLE_TOPS = 0x08080808           # bit 3 of each byte: h -> h + 8 on the masked nibble
 
 
 # Per code type on the float8 path: (unit, offset), code value = float8 value

@@ -39,8 +39,7 @@ def test_each_format_runs_its_cheapest_measured_path():
     a libtpu that reverses a choice fails here. libtpu 0.0.51, weights per
     cycle, own path vs the other: fp8_b128 4,369 (float8) vs 224 (bf16
     decode); mxfp4 2,114 vs 218; int4_g32 / g64 / g128 2,081 / 4,228 / 4,369
-    (float8, u = c + 8) vs 889 / 940 / 952; int8 2,114 (two float8 dots of its
-    nibbles) vs 978."""
+    (float8, u = c + 8) vs 889 / 940 / 952; int8 978 (dequant only)."""
     cal = calibration.load()
     quantized = [f for f in formats.FORMATS.values() if not f.plain]
     for f in quantized:

@@ -98,18 +98,16 @@ def test_formats_on_channels_without_a_kernel_path_are_named():
         plan_model(model("plain", quantize=Quantize(lm_head="int8")), devices=1)
 
 
-@pytest.mark.parametrize("fmt", ["int4_g32", "int4_g64", "int4_g128", "int8"])
+@pytest.mark.parametrize("fmt", ["int4_g32", "int4_g64", "int4_g128"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_integers_on_the_float8_path_are_exact_up_to_f32_sums(fmt, dtype):
+def test_int4_on_the_float8_path_is_exact_up_to_f32_sums(fmt, dtype):
     """dequant.matmul's float8 path for int4 (u = c + 8 as e4m3 bytes u x 2^-9,
-    the offset off by rowsum(x_g)) and int8 (its two nibbles so, two dots)
-    against sum_g (x_g @ c_g) s_g in float64, every code, x with mean 1 (the
-    offset's cancellation at its worst here). Measured here: int4 0.8e-7 to
-    2.3e-7 of max |y| over g32 / g64 / g128, bf16 and f32 models; at most
-    6.1e-7 with K 1024 and quantized Gaussian weights (the bf16 decode path
-    there: 1.3e-3 to 1.6e-3, its weights rounded to bf16); int8 1.6e-6 (bf16:
-    its 2^13 term cancels against the row sum) and 9.3e-8 (f32). The bound is
-    2e-6."""
+    the offset off by rowsum(x_g)) against sum_g (x_g @ c_g) s_g in float64,
+    every code -8..7, x with mean 1 (the offset's cancellation at its worst
+    here). Measured here: 0.8e-7 to 2.3e-7 of max |y| over g32 / g64 / g128,
+    bf16 and f32 models; at most 6.1e-7 with K 1024 and quantized Gaussian
+    weights (the bf16 decode path there: 1.3e-3 to 1.6e-3, its weights
+    rounded to bf16). The bound is 2e-6."""
     import jax
     import jax.numpy as jnp
     import ml_dtypes
@@ -120,9 +118,8 @@ def test_integers_on_the_float8_path_are_exact_up_to_f32_sums(fmt, dtype):
 
     f, (k, n) = formats.get(fmt), (512, 256)
     rng = np.random.default_rng(0)
-    every = np.arange(-127, 128) if fmt == "int8" else np.arange(-8, 8)
-    codes = rng.integers(every[0], every[-1] + 1, (k, n)).astype(np.int8)
-    codes[:every.size, 0] = every
+    codes = rng.integers(-8, 8, (k, n)).astype(np.int8)
+    codes[:16, 0] = np.arange(-8, 8)
     scales = rng.uniform(0.5, 2.0, (k // f.group(k), n)).astype(ml_dtypes.bfloat16)
     p = quantize.Packed(f, codes, scales.astype(np.float32), dtype)
     x = (rng.standard_normal((8, k)) + 1.0).astype(ml_dtypes.bfloat16).astype(np.float32)
