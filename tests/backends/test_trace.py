@@ -74,8 +74,8 @@ def _routed_experts(model, weights, tokens, t):
 
     picked, real_route = {}, reference.route
 
-    def recording(op, p, x):
-        ids, w = real_route(op, p, x)
+    def recording(op, p, x, margins=None):
+        ids, w = real_route(op, p, x, margins)
         picked.setdefault(len(picked), set()).update(np.asarray(ids).ravel().tolist())
         return ids, w
 

@@ -21,7 +21,7 @@ pytest.importorskip("libtpu")
 # The third case cuts ring tiles and expert slices to the smallest scale
 # slices (fp8 blocks of one scale row at 16 KiB banks, int4_g64 expert
 # slices of two rows): Mosaic must take their unaligned HBM slices. The last
-# takes int8's two float8 dots through the ring and the expert slots.
+# takes int8's decode through the ring and the expert slots.
 @pytest.mark.aot
 @pytest.mark.parametrize("name, devices, dense, experts, overrides", [
     ("tiny-dense", 2, "mxfp4", "plain", None), ("tiny-moe", 4, "int4_g64", "mxfp4", None),
