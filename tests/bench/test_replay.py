@@ -56,7 +56,14 @@ def test_fetching_ahead_beats_fetching_on_demand():
 
 
 
+# Measured (2 shared cores at load 5): 53.4 s with the ordinary kernel checked
+# too, 47.3 s without (every interpret-mode test of tiny-moe checks it).
 def test_synchronised_variant_is_correct_moves_the_same_bytes_and_replays_slower(tmp_path):
+    """The synchronised variant decodes like the reference, and its trace moves
+    the ordinary kernel's bytes but replays at least 1.2x slower. Only the variant
+    is checked against the reference: the ordinary kernel of tiny-moe on one core
+    is test_user_property_checks.py's ten draws and test_kernel_cache.py's
+    test_seconds_per_draw[1-tiny-moe] (batch 2)."""
     model = zoo.model("tiny-moe")
     plan = plan_model(model, devices=1, batch=2, tokens=1)
     weights = init_weights(model, seed=5)
@@ -65,8 +72,9 @@ def test_synchronised_variant_is_correct_moves_the_same_bytes_and_replays_slower
         module = load.import_module(backend.compile_model(
             model, plan, tmp_path / str(sync), synchronised=sync))
         assert module.SYNCHRONISED is sync
-        result = backend.check(model, plan, weights, steps=2, module=module)
-        assert result.ok and not result.races, result
+        if sync:
+            result = backend.check(model, plan, weights, steps=2, module=module)
+            assert result.ok and not result.races, result
         res = trace.trace_step(model, plan, weights, module=module)
         kinds[sync] = res.bytes_by_kind(0)
         prog = res.program(0)
