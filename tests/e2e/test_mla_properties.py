@@ -9,19 +9,18 @@ virtual devices.
 One case is a whole interpret-mode run (15-40 s), so the fast suite draws one
 case per device count (about a minute in all, shrinking off: a failing draw is
 already small); the slow-marked variant draws three more per device count.
-Hypothesis' first draw is always the simplest case (one layer, the first
-choice of every field, batch 1, one token, absorbed), so the fast variant's one
-draw is that case; the slow variant leaves it out instead of running it again
-and draws three others: four distinct cases per device count in all, as when
-the slow variant drew four with the simplest among them.
+Hypothesis would draw the simplest case first (one layer, the first choice of
+every field, batch 1, one token, absorbed), the same in every run; both
+variants rule it out (tests/e2e/drawn.py ``past_the_simplest``), so every draw
+is a random one.
 """
 
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import MLAConfig, ModelConfig, MoEConfig, build
-from tests.e2e.drawn import assert_plan_matches_reference
+from tests.e2e.drawn import assert_plan_matches_reference, past_the_simplest
 
 YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position": 16, "mscale": 1.0,
         "mscale_all_dim": 0.7}
@@ -60,16 +59,12 @@ def _requests(devices: int):
                      st.sampled_from(["absorbed", "expanded"]))
 
 
-def _check_drawn(devices: int, examples: int, but_the_simplest: bool = False):
-    requests = _requests(devices)
-    if but_the_simplest:    # the fast variant's one draw (hypothesis draws it first)
-        simplest = find(requests, lambda _: True, settings=settings(database=None))
-        requests = requests.filter(lambda r: r != simplest)
+def _check_drawn(devices: int, examples: int):
+    requests = past_the_simplest(_requests(devices))
 
     @settings(max_examples=examples, deadline=None, database=None, phases=(Phase.generate,),
               print_blob=True, suppress_health_check=[HealthCheck.too_slow,
-                                                      HealthCheck.data_too_large,
-                                                      HealthCheck.filter_too_much])
+                                                      HealthCheck.data_too_large])
     @given(requests)
     def prop(request):
         card, batch, tokens, form = request
@@ -86,12 +81,7 @@ def test_drawn_mla_models_match_reference(devices):
     _check_drawn(devices, 1)
 
 
-# Measured (2 shared cores at load 5, one after the other): [1] 41.8 s for four
-# draws, 52.1 s for three others; the draws are random (no seed), so one pair
-# says little: what is left out is one run of the simplest case per device
-# count, test_drawn_mla_models_match_reference's (its [4] 15.1 s in a full run
-# loaded about 1.9x, [1] and [2] under 14 s).
 @pytest.mark.slow
 @pytest.mark.parametrize("devices", [1, 2, 4])
 def test_more_drawn_mla_models_match_reference(devices):
-    _check_drawn(devices, 3, but_the_simplest=True)
+    _check_drawn(devices, 3)
