@@ -130,10 +130,8 @@ def check_case(model, case: DecodeCase, *, devices: int | None = None, seed: int
     runner = kernel_cache.runner(model, plan, seed, fault,
                                  mesh if mesh is not None else run.make_mesh(devices))
     runner.set_caches({k: np.asarray(v) for k, v in caches.items()})
-    keep = ~run.route_ties(model, w, case.tokens, case.start, caches)
-    ref_logits, _ = reference.decode_step_jit(model, w, jnp.asarray(case.tokens),
-                                              jnp.asarray(case.start), caches)
-    ref_logits = np.asarray(ref_logits)
+    ref_logits, _, tied = run.reference_step(model, w, case.tokens, case.start, caches)
+    keep = ~tied
     got_tokens, got_logits = runner.step(case.tokens, case.start)
     scale = 1.0 + float(np.max(np.abs(ref_logits)))
     mismatches, ties = run.near_ties(got_tokens[keep], got_logits[keep], ref_logits[keep])

@@ -34,7 +34,7 @@ class _Ctx:
     positions: Array              # [B, T] int32
     caches: dict[str, Array]      # read and written by attention ops
     prefix: str                   # "layers.{i}."
-    margins: list | None = None   # routing_margins' probe: each MoE op's [n] margins
+    margins: list | None = None   # decode_step_margins' probe: each MoE op's [n] margins
 
 
 @jax.tree_util.register_pytree_node_class
@@ -249,7 +249,7 @@ def init_caches(model: Model, batch: int) -> dict[str, Array]:
 
 def final_hidden(model: Model, weights, tokens, start_pos, caches, margins: list | None = None):
     """Run embedding and every layer; returns (normed hidden [n, H], caches).
-    ``margins`` collects every MoE op's routing margins (``routing_margins``)."""
+    ``margins`` collects every MoE op's routing margins (``decode_step_margins``)."""
     b, t = tokens.shape
     positions = start_pos[:, None].astype(jnp.int32) + jnp.arange(t, dtype=jnp.int32)[None, :]
     caches = dict(caches)
@@ -273,10 +273,11 @@ def lm_head(model: Model, weights) -> Array:
     return weights["embed.weight"].T if model.tie_embeddings else weights["lm_head.weight"]
 
 
-def decode_step(model: Model, weights, tokens, start_pos, caches):
-    """tokens [B, T] int32 at positions start_pos[b] + t -> (logits [B, T, V] f32, caches)."""
+def decode_step(model: Model, weights, tokens, start_pos, caches, margins: list | None = None):
+    """tokens [B, T] int32 at positions start_pos[b] + t -> (logits [B, T, V] f32, caches).
+    ``margins`` collects every MoE op's routing margins (``decode_step_margins``)."""
     b, t = tokens.shape
-    x, caches = final_hidden(model, weights, tokens, start_pos, caches)
+    x, caches = final_hidden(model, weights, tokens, start_pos, caches, margins)
     logits = _apply_ops(model.logit_ops, "logit_ops", matmul(x, lm_head(model, weights)))
     return logits.reshape(b, t, model.vocab_size), caches
 
@@ -292,21 +293,23 @@ def _apply_ops(ops, where: str, x):
 decode_step_jit = jax.jit(decode_step, static_argnums=0)
 
 
-def routing_margins(model: Model, weights, tokens, start_pos, caches) -> Array:
-    """[B]: the smallest routing margin of each sequence in this step, over
-    every MoE op and token (inf for a model without routing). A margin is the
-    gap between the last chosen and the first unchosen selection score (and
-    between the last chosen and first unchosen expert group, for grouped
-    routing): the rounding a kernel may differ by to choose other experts."""
+def decode_step_margins(model: Model, weights, tokens, start_pos, caches):
+    """``decode_step`` -> (logits, caches, margins [B]): the same one pass,
+    plus the smallest routing margin of each sequence in this step, over every
+    MoE op and token (inf for a model without routing). A margin is the gap
+    between the last chosen and the first unchosen selection score (and between
+    the last chosen and first unchosen expert group, for grouped routing): the
+    rounding a kernel may differ by to choose other experts."""
     margins: list = []
-    final_hidden(model, weights, tokens, start_pos, caches, margins)
+    logits, caches = decode_step(model, weights, tokens, start_pos, caches, margins)
     b = tokens.shape[0]
     if not margins:
-        return jnp.full((b,), jnp.inf, jnp.float32)
-    return jnp.min(jnp.stack([m.reshape(b, -1).min(-1) for m in margins]), axis=0)
+        return logits, caches, jnp.full((b,), jnp.inf, jnp.float32)
+    return logits, caches, jnp.min(jnp.stack([m.reshape(b, -1).min(-1) for m in margins]),
+                                   axis=0)
 
 
-routing_margins_jit = jax.jit(routing_margins, static_argnums=0)
+decode_step_margins_jit = jax.jit(decode_step_margins, static_argnums=0)
 
 
 def as_jax(weights: dict[str, np.ndarray]) -> dict:

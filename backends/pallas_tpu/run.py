@@ -61,7 +61,7 @@ CACHE_TOL = {"float32": 4e-6, "bfloat16": 2 ** -7}
 
 # A sequence is a routing near-tie, and is not compared from that step on,
 # when some MoE op of the reference chooses its experts by a margin below
-# ROUTE_TIE (reference.routing_margins: last chosen minus first unchosen
+# ROUTE_TIE (reference.decode_step_margins: last chosen minus first unchosen
 # selection score): rounding the kernel may differ by then picks other
 # experts, and the sequence's logits and state legitimately part ways.
 # Measured (2026-12-04, /tmp/work/measure_ties.py: 24 MoE draws of
@@ -75,11 +75,12 @@ CACHE_TOL = {"float32": 4e-6, "bfloat16": 2 ** -7}
 ROUTE_TIE = {"float32": 1e-5, "bfloat16": 5e-4}
 
 
-def route_ties(model, weights, tokens, start_pos, caches) -> np.ndarray:
-    """[B] bool: the sequences whose routing in this step is a near-tie."""
-    margins = reference.routing_margins_jit(model, weights, jnp.asarray(tokens),
-                                            jnp.asarray(start_pos), caches)
-    return np.asarray(margins) < ROUTE_TIE[model.dtype.value]
+def reference_step(model, weights, tokens, start_pos, caches):
+    """One reference step -> (logits [B, T, V] numpy, caches, route ties [B]
+    bool: the sequences whose routing in this step is a near-tie), one pass."""
+    logits, caches, margins = reference.decode_step_margins_jit(
+        model, weights, jnp.asarray(tokens), jnp.asarray(start_pos), caches)
+    return np.asarray(logits), caches, np.asarray(margins) < ROUTE_TIE[model.dtype.value]
 
 
 @dataclass
@@ -257,11 +258,9 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
     mismatches = ties = compared = 0
     tied = np.zeros(b, bool)
     for _ in range(steps):
-        tied |= route_ties(model, w, tokens, start, caches)
+        ref_logits, caches, ties_now = reference_step(model, w, tokens, start, caches)
+        tied |= ties_now
         keep = ~tied
-        ref_logits, caches = reference.decode_step_jit(model, w, jnp.asarray(tokens),
-                                                       jnp.asarray(start), caches)
-        ref_logits = np.asarray(ref_logits)
         nxt, got = runner.step(tokens, start)
         if races_found():
             return CheckResult(float("inf"), 0.0, float("inf"), steps,

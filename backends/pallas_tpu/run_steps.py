@@ -48,7 +48,7 @@ def expected(model, weights, tokens, start_pos, caches, steps: int, *, end_id: i
     last step's logits [B, V], running mask of the last step [B], caches,
     routing near-ties [B]: the sequences a running step routed by a margin
     below ``run.ROUTE_TIE``)."""
-    from megakernel.backends.pallas_tpu.run import route_ties
+    from megakernel.backends.pallas_tpu.run import reference_step
 
     b = len(tokens)
     limit = np.minimum(np.full((b,), model.max_seq_len) if limit is None else limit,
@@ -62,9 +62,8 @@ def expected(model, weights, tokens, start_pos, caches, steps: int, *, end_id: i
         if i:
             stopped |= pos + 1 >= limit
             pos = np.where(stopped, pos, pos + 1)
-        tied |= ~stopped & route_ties(model, weights, tok[:, None], pos, caches)
-        step_logits, new = reference.decode_step_jit(model, weights, jnp.asarray(tok[:, None]),
-                                                     jnp.asarray(pos), caches)
+        step_logits, new, ties_now = reference_step(model, weights, tok[:, None], pos, caches)
+        tied |= ~stopped & ties_now
         keep = stopped.copy()
         caches = {k: jnp.asarray(np.where(keep.reshape(-1, *[1] * (v.ndim - 1)),
                                           np.asarray(caches[k]), np.asarray(v)))

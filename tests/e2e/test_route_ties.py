@@ -50,8 +50,9 @@ def test_the_drawn_near_tie_is_found_by_the_reference():
     prompt = jnp.asarray(rng.integers(0, model.vocab_size, (3, 3)), jnp.int32)
     _, caches = reference.decode_step_jit(model, w, prompt, jnp.zeros((3,), jnp.int32), caches)
     tokens = jnp.asarray(rng.integers(0, model.vocab_size, (3, 2)), jnp.int32)
-    margins = np.asarray(reference.routing_margins_jit(model, w, tokens,
-                                                       jnp.asarray([3, 4, 5]), caches))
+    _, _, margins = reference.decode_step_margins_jit(model, w, tokens,
+                                                      jnp.asarray([3, 4, 5]), caches)
+    margins = np.asarray(margins)
     assert margins.min() < ROUTE_TIE["bfloat16"] < margins.max(), margins
 
 
