@@ -64,13 +64,15 @@ def test_family_full_size_compiles_within_vmem(name, devices, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.aot
-@pytest.mark.xdist_group("qwen3-32b-n16")
-def test_64_layers_compile_within_1_5x_of_4_layers(aot_zoo):
-    """Of the 16-steps-per-call kernel, whose full-size compile
-    test_aot_multistep.py shares."""
-    assert len(zoo.model("qwen3-32b").layers) == 64
-    cut = _checked(*aot_zoo("qwen3-32b", 8, layers=4, steps=16))
-    full = _checked(*aot_zoo("qwen3-32b", 8, steps=16))
+def test_64_layers_compile_within_1_5x_of_4_layers(tmp_path):
+    """Depth is a loop's trip count, not code: llama-3.2-1b's layers made 64
+    deep compile on 2 cores within 1.5x of the same model cut to 4 layers
+    (8.2 s each on 2026-12-04). At full size `make bench` prints the same
+    ratio for qwen3-32b (64 vs 4 layers, 1.06x on 2026-12-04), whose two
+    compiles took 112 s of the suite here."""
+    deep = build(dataclasses.replace(zoo.card("llama-3.2-1b"), num_layers=64))
+    cut = _aot(deep.truncated(4), 2, tmp_path)
+    full = _aot(deep, 2, tmp_path)
     assert full.compile_seconds <= 1.5 * cut.compile_seconds, (full.summary(), cut.summary())
 
 

@@ -77,10 +77,9 @@ def test_hybrid_steps_compile_and_copy_the_modeled_states(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.aot
-@pytest.mark.xdist_group("qwen3-32b-n16")
 def test_qwen3_32b_sixteen_steps_per_call(aot_zoo):
     """The issue-14 case: no KV cache is copied (issue 19: at most 1 MiB of
-    copies per core per call). The compile is shared with test_aot_full.py."""
+    copies per core per call)."""
     plan, res = aot_zoo("qwen3-32b", 8, steps=16)
     assert res.vmem_used_bytes <= res.vmem_limit_bytes <= 64 * MIB, res.summary()
     assert -MIB <= plan.memory.vmem_total - res.vmem_used_bytes <= MIB, res.summary()

@@ -3,7 +3,9 @@ soft-capping, o_bias and softmax_scale together, with the other features on a co
 model_graphs' elementwise kinds, decoded through the kernel in strict interpret
 mode against the reference on 1 and 2 devices (tests/e2e/test_kernel_properties.py
 draws every feature on a coin). Each draw is a whole interpret-mode run, so
-each pair gets two, without shrinking (a failing draw is already small)."""
+each pair gets few, without shrinking (a failing draw is already small): two
+graphs (their elementwise kinds are drawn only here) and one config (whose
+features test_kernel_properties.py also draws)."""
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
@@ -17,6 +19,7 @@ from megakernel.testing import model_configs, model_graphs
 from tests.e2e.drawn import past_the_simplest
 
 REQUIRED = ("layer_pattern", "final_logit_softcap", "o_bias", "softmax_scale")
+EXAMPLES = {"configs": 1, "graphs": 2}
 
 
 def models(kind: str, devices: int):
@@ -29,7 +32,7 @@ def models(kind: str, devices: int):
 @pytest.mark.parametrize("kind", ["configs", "graphs"])
 @pytest.mark.parametrize("devices", [1, 2])
 def test_drawn_features_match_the_reference(kind, devices):
-    @settings(max_examples=2, deadline=None, database=None, phases=(Phase.generate,),
+    @settings(max_examples=EXAMPLES[kind], deadline=None, database=None, phases=(Phase.generate,),
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(past_the_simplest(st.tuples(models(kind, devices), st.integers(1, 3),
                                         st.integers(1, 2))))
