@@ -228,18 +228,25 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
 
 
 KERNEL_FALLBACK = {"allreduce": "one_shot"}
-# libtpu's static schedule (two more AOT compiles, cut depths, 5-12 s each for the
-# tiny models): llama-3.2-1b takes minutes (`megakernel aot DIR --profile`), over
-# the bench's budget, since the profile walks every LM-head tile; larger
-# multi-core kernels can still abort the profile pass (docs/floors.md).
+# libtpu's static schedule (two more AOT compiles at cut depths): the tiny models
+# (5-12 s each), and every model whose plan has constant ring banks
+# (``WeightStream.static_banks``): libtpu's profile pass aborts on some kernels
+# whose banks are computed from the layer index ("No DMA issue node found for
+# sync flag") and has accepted every constant-bank kernel tried: qwen3-8b/4
+# (32 s), olmo-2-7b/8 (23 s), gemma-3-1b/1 (95 s), 2026-12-04 (docs/floors.md).
 PROFILE = ("tiny-dense", "tiny-moe")
+
+
+def _profiled(name, plan) -> bool:
+    return name in PROFILE or plan.memory.stream.static_banks(plan.request.steps)
 
 
 def _profile_stage(rec, name, plan, devices, compiled) -> None:
     """Core work from libtpu's static schedule beside the modeled compute."""
-    if name not in PROFILE or not compiled:
-        rec["skipped"]["profile"] = ("static profile: bench/run.py PROFILE only (time budget, "
-                                     "libtpu refusals; docs/floors.md)")
+    if not _profiled(name, plan) or not compiled:
+        rec["skipped"]["profile"] = ("static profile: constant-bank plans and bench/run.py "
+                                     "PROFILE (libtpu's profile pass aborts on some kernels "
+                                     "with computed banks; docs/floors.md)")
         return
     from megakernel.backends.pallas_tpu.profile_kernel import profile
 

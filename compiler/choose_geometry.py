@@ -4,6 +4,11 @@ After ``choose_geometry``: the returned geometry fits the VMEM budget and has
 the lowest modeled step time found by a coordinate search (expert slots and
 slices, then KV tile, then bank size x bank count, twice); among geometries
 within 0.1% of the best time the one using less VMEM wins, leaving headroom.
+Then, at that bank size, the fewest more banks that divide every layer's
+tiles are taken where they fit and cost no modeled time
+(``WeightStream.static_banks``): each tile's bank is then a constant in the
+kernel, which libtpu's static schedule shows costs the core less and which
+its profile pass accepts where a computed bank can abort it (docs/floors.md).
 A field set in the overrides is held fixed. No feasible geometry raises a
 PlanningError that names the fixed buffers and the budget.
 """
@@ -188,7 +193,27 @@ def choose_geometry(model, shard, target, request, specs, *, rounds: int = 2,
         best_g, best = _field_pass(search, opts, ("kv_tile",), best_g, best)
     if best is None:
         _raise_infeasible(model, shard, target, request, specs, opts)
+    best_g, best = _constant_banks(search, opts, best_g, best)
     return best_g, best[2]
+
+
+def _constant_banks(search: _Search, opts, best_g, best):
+    """The fewest banks of ``best_g``'s size, no fewer than it has, that make
+    every tile's bank a constant (when the count is not held fixed), if they
+    fit and are within the tolerance of the best time."""
+    if len(opts["num_banks"]) == 1 or best[2].stream.static_banks(search.request.steps):
+        return best_g, best
+    stream = best[2].stream
+    for n in sorted(c for c in opts["num_banks"] if c > best_g.num_banks):
+        if not dataclasses.replace(stream, num_banks=n).static_banks(search.request.steps):
+            continue
+        g = dataclasses.replace(best_g, num_banks=n)
+        if not search.fits(g):
+            break                       # more banks only need more VMEM
+        r = search.evaluate(g)
+        if r is not None and r[0] <= best[0] * (1 + TOLERANCE):
+            return g, r
+    return best_g, best
 
 
 def _smallest(opts):

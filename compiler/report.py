@@ -110,8 +110,11 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         f"{mib(t.vmem_reserve)} reserve); headroom {mib(m.vmem_budget - vm)}",
         f"peak live at one program point: {mib(peak)}; SMEM {_size(m.smem_total)}; "
         f"{m.semaphore_count} semaphores; HBM per core {m.hbm_total / 1e9:.2f} GB"]))
+    banks = ("a constant bank per tile: the banks divide every layer's tiles"
+             if m.stream.static_banks(plan.request.steps) else
+             "each layer's banks computed from its index")
     ring = [f"ring: {g.num_banks} banks x {_size(g.bank_bytes)} = {mib(g.num_banks * g.bank_bytes)}; "
-            f"{m.stream.total} tiles per step"]
+            f"{m.stream.total} tiles per step; {banks}"]
     for s in m.stream.stacks:
         ring.append(f"stack {s.stack}: {s.per_layer} tiles per layer "
                     f"({s.bytes_per_layer / 2**20:.2f} MiB), first tile at stream index {s.offset}")

@@ -100,6 +100,19 @@ def ring_layout(stream) -> RingLayout:
     return dataclasses.replace(layout, max_pieces=max(layout.pieces(t) for t in tiles))
 
 
+def banks_static(runs, num_banks: int) -> bool:
+    """Whether every layer of a stack (``runs``: (first tile, tiles, layers)
+    of each run of its body) finds its tile j in the same bank: a repetition
+    and each layer of a run of several layers advance the flat index by
+    multiples of the bank count. The kernel then indexes that tile's bank and
+    semaphores by a constant rather than by one computed from the layer
+    index, which libtpu's static schedule shows costs the core less
+    (docs/floors.md). Shared by the planner (``WeightStream.static_banks``)
+    and the kernel's ring (backends/pallas_tpu/ring.Stream)."""
+    per_rep = sum(n * c for _, n, c in runs)
+    return per_rep % num_banks == 0 and all(n % num_banks == 0 for _, n, c in runs if c > 1)
+
+
 def run_of(runs, j: int) -> tuple[int, int, int, int]:
     """(first tile, tiles, layers, first place in a repetition) of the run
     holding tile ``j`` of a stack whose body has runs of equal layers

@@ -30,7 +30,7 @@ from megakernel.compiler.layout import (LANES, itemsize, padded_bytes, round_up,
                                         word_rows)
 from megakernel import dtypes, formats
 from megakernel.compiler.plan_json import OMIT_DEFAULT
-from megakernel.compiler.ring_layout import run_of
+from megakernel.compiler.ring_layout import banks_static, run_of
 from megakernel.compiler.shard import ShardPlan
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import body_global_name
@@ -186,6 +186,14 @@ class WeightStream:
 
     def bank(self, index: int) -> int:
         return index % self.num_banks
+
+    def static_banks(self, steps: int = 1) -> bool:
+        """Whether every streamed tile's bank is the same in every layer
+        (ring_layout.banks_static for each stack, and a whole number of ring
+        turns per step when a call runs several)."""
+        if steps > 1 and self.total % self.num_banks:
+            return False
+        return all(banks_static(st.runs, self.num_banks) for st in self.stacks)
 
     def expand(self):
         """The flat ordered stream of one step (for tests and reports)."""

@@ -31,7 +31,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from megakernel import dtypes
 from megakernel.backends.pallas_tpu.ring_runs import quotient, refill_run
-from megakernel.compiler.ring_layout import run_of
+from megakernel.compiler.ring_layout import banks_static, run_of
 from megakernel.errors import EmitError
 
 
@@ -155,6 +155,23 @@ class Stream:
             return flat % self.R
         return (self.step * (self.total() % self.R) + flat) % self.R
 
+    def _bank(self, s, j, flat):
+        """Bank of tile ``j`` of segment ``s`` at flat index ``flat``: a
+        constant where every layer finds tile j in the same bank
+        (``ring_layout.banks_static``, the plan's ``static_banks``)."""
+        const = None if isinstance(flat, int) else self.constant_bank(s, j)
+        return self._slot(flat) if const is None else const
+
+    def constant_bank(self, s, j):
+        """The bank tile ``j`` of layered segment ``s`` lands in at every layer
+        and step, or None where it depends on the layer."""
+        seg = self.segments[s]
+        runs = seg.runs or ((0, len(seg.tiles), 1),)
+        if not banks_static(runs, self.R) or (self.steps > 1 and self.total() % self.R):
+            return None
+        t0, _, _, off = run_of(runs, j)
+        return (seg.offset + off + j - t0) % self.R
+
     def _pieces(self, tile):
         """(col offset, width) of the column pieces of a main-ring tile: a
         tile wider than the bank is folded, piece i in bank rows
@@ -173,7 +190,7 @@ class Stream:
         src = self.refs[s][tile.ref]
         if seg.layered:
             src = src.at[layer]
-        slot = self._slot(flat)
+        slot = self._bank(s, j, flat)
         srcs = [src.at[pl.ds(tile.r0_w, tile.rows_w), pl.ds(tile.c0 + c, w)]
                 for c, w in self._pieces(tile)]
         copies = [pltpu.make_async_copy(a, b, self.sems.at[slot, i])
@@ -257,10 +274,11 @@ class Stream:
         tile = self.segments[s].tiles[j]
         flat = self.flat(s, k, j)
         copies = self._copy(s, k, j, flat)
-        dsts = self._dsts(tile, self._slot(flat))
+        slot = self._bank(s, j, flat)
+        dsts = self._dsts(tile, slot)
         if tile.fmt:
             pieces = _arriving_quantized(copies, self._pieces(tile), dsts, tile.dtype,
-                                         self._scale_dst(tile, self._slot(flat)))
+                                         self._scale_dst(tile, slot))
         else:
             pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
         out = fn(pieces)
