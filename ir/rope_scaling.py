@@ -96,7 +96,6 @@ def rope_inv_freq(theta: float, rotary_dim: int, s: "RopeScaling | None") -> np.
                     np.where(wavelen < high_wl, inv, blended))
 
 
-
 def _yarn_inv_freq(inv: np.ndarray, s: RopeScaling, rd: int, theta: float) -> np.ndarray:
     """YaRN (transformers' _compute_yarn_parameters): pair i keeps its frequency
     below rotation count ``beta_fast``'s dimension, is divided by ``factor``
