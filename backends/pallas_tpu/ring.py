@@ -18,118 +18,23 @@ them arriving.
 DMA runs ahead across an op boundary. Each ring op starts its own first R
 tiles when it begins (``begin``) and refills only with its own tiles; the
 per-layer vectors are fetched when their layer starts.
+
+The tiles, segments and views are in backends/pallas_tpu/ring_tiles.py and
+the vector double buffer in backends/pallas_tpu/layer_vectors.py; both are
+re-exported here.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
-import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel import dtypes
+from megakernel.backends.pallas_tpu.layer_vectors import Vectors  # noqa: F401
 from megakernel.backends.pallas_tpu.ring_runs import quotient, refill_run
+from megakernel.backends.pallas_tpu.ring_tiles import (Segment, Tile, Words,  # noqa: F401
+                                                       _run_offsets, tile_pieces)
 from megakernel.compiler.ring_layout import banks_static, run_of
 from megakernel.errors import EmitError
-
-
-@dataclass(frozen=True)
-class Tile:
-    """Rows [r0, r0+rows) x cols [c0, c0+cols) of one streamed weight."""
-
-    ref: int          # index into the segment's weight refs
-    r0: int
-    rows: int
-    c0: int
-    cols: int
-    bank: int = 0     # 0: the main ring; i > 0: auxiliary ring i-1 (unaligned shape)
-    dtype: str = "float32"   # the elements the words carry
-    fmt: str = ""            # quantized codes: their format (megakernel/formats.py)
-    # A quantized tile's f32 scales: rows [sr0, sr0+srows) x the tile's columns
-    # of segment weight ``sref``, fetched with the codes into slot t % R of
-    # auxiliary ring sbank-1 (its own semaphore, after the pieces').
-    sref: int = 0
-    sr0: int = 0
-    srows: int = 0
-    sbank: int = 0
-
-    @property
-    def per(self) -> int:
-        """Element rows per word row."""
-        return 32 // dtypes.of(self.dtype).bits
-
-    @property
-    def r0_w(self) -> int:
-        return self.r0 // self.per
-
-    @property
-    def rows_w(self) -> int:
-        return self.rows // self.per
-
-
-class Words:
-    """A region of 32-bit words viewed as ``dtype`` (element rows packed per
-    word row): ``load`` bitcasts the loaded words, ``shape`` is in elements."""
-
-    def __init__(self, ref, dtype):
-        self.ref, self.dtype = ref, jnp.dtype(dtype)
-        self.per = 32 // dtypes.of(self.dtype.name).bits
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.ref.shape[0] * self.per, self.ref.shape[1])
-
-    def load(self, r: int, n: int):
-        """Element rows [r, r + n) (multiples of ``per``) as a value."""
-        words = self.ref[pl.ds(r // self.per, n // self.per), :]
-        return pltpu.bitcast(words, self.dtype)
-
-    def __getitem__(self, index):
-        if index is not Ellipsis:
-            raise TypeError("a ring tile view loads whole rows: use load(r, n) or [...]")
-        return self.load(0, self.shape[0])
-
-
-@dataclass(frozen=True)
-class Segment:
-    """The ring tiles of one stack layer (``count`` layers) or of the LM head
-    (``count`` = 1, unlayered). A stack whose body repeats layers has
-    ``runs``: (first tile, tiles, layers) of each run of its body, ``tiles``
-    holding one copy of each run's layer; a repetition streams each run's
-    tiles once per layer of the run, and a run's tiles are read at its
-    run-layer index (repetition k // layers, layer k % layers)."""
-
-    offset: int
-    count: int
-    tiles: tuple[Tile, ...]
-    layered: bool = True
-    runs: tuple[tuple[int, int, int], ...] = ()
-
-    @property
-    def per_rep(self) -> int:
-        """Tiles of one repetition."""
-        return sum(n * c for _, n, c in self.runs) if self.runs else len(self.tiles)
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.count * self.per_rep
-
-    def run_at(self, j: int) -> tuple[int, int, int, int]:
-        """(first tile, tiles, layers, first place in a repetition) of the
-        run holding tile ``j``."""
-        return run_of(self.runs, j)
-
-    def at(self, place: int) -> tuple[int, int, int]:
-        """(run layers, run layer, tile) of static place ``place`` of a repetition."""
-        off = 0
-        for t0, n, c in self.runs:
-            if place < off + n * c:
-                i, jj = divmod(place - off, n)
-                return c, i, t0 + jj
-            off += n * c
-        raise IndexError(place)
 
 
 class Stream:
@@ -375,22 +280,6 @@ def _arriving_quantized(copies, pieces, dsts, dtype, scales):
         yield c, Words(d, dtype), scales.at[:, pl.ds(c, w)]
 
 
-def tile_pieces(tile, width):
-    """(col offset, width) pieces of ``tile`` in a main ring of ``width``-column
-    banks (an auxiliary-ring tile is one piece)."""
-    if tile.bank:
-        return [(0, tile.cols)]
-    return [(c, min(width, tile.cols - c)) for c in range(0, tile.cols, width)]
-
-
-def _run_offsets(r0, c0, step, j):
-    """(r0, c0) moved by a traced j * step, alignment stated for Mosaic."""
-    def moved(base, d):
-        return base if d == 0 else pl.multiple_of(base + j * d, math.gcd(base, d))
-
-    return moved(r0, step[0]), moved(c0, step[1])
-
-
 class _Copies:
     """Several DMAs (the pieces of one tile) started and waited together."""
 
@@ -404,36 +293,3 @@ class _Copies:
     def wait(self):
         for c in self.copies:
             c.wait()
-
-
-class Vectors:
-    """Per-layer vectors of one stack, double-buffered by layer parity:
-    hbm[i] is [L, 1, n_i], buf[i] is [2, 1, n_i], sems is [2, len]."""
-
-    def __init__(self, hbm, bufs, sems, sync=False, first=0):
-        self.hbm, self.bufs, self.sems, self.sync = hbm, bufs, sems, sync
-        # Several runs of a stack each have their vectors in flight at once:
-        # each uses its own semaphores, from ``first``.
-        self.first = first
-
-    def _copies(self, k):
-        p = k % 2
-        return [pltpu.make_async_copy(h.at[k], b.at[p], self.sems.at[p, self.first + i])
-                for i, (h, b) in enumerate(zip(self.hbm, self.bufs))]
-
-    def start(self, k):
-        if self.sync:           # the ablation fetches at the layer start, in wait
-            return
-        for c in self._copies(k):
-            c.start()
-
-    def wait(self, k):
-        copies = self._copies(k)
-        if self.sync:
-            for c in copies:
-                c.start()
-        for c in copies:
-            c.wait()
-
-    def get(self, i, k):
-        return self.bufs[i][k % 2].astype(jnp.float32)      # [1, n]

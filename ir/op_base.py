@@ -1,0 +1,65 @@
+"""The base of every op kind: ``Op`` and the shape check its kinds share.
+
+After import: ``Op`` is the frozen, checked record every kind subclasses
+(``params``, ``state``, ``rows_read``, ``infer``, ``to_dict``), and
+``_expect_shapes`` the error a kind's ``infer`` raises on inputs of the
+wrong per-token shapes. The kinds themselves live in ir/ops.py, the family
+modules it imports, and ir/kind_*.py; ir/ops.py re-exports all of this.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import fields
+from typing import ClassVar
+
+from megakernel.errors import IRError
+from megakernel.ir.rope_scaling import RopeScaling
+from megakernel.ir.schema import node
+from megakernel.ir.types import DType, ParamSpec, StateSpec
+
+
+def _expect_shapes(op: "Op", found: tuple[tuple[int, ...], ...],
+                   expected: tuple[tuple[int, ...], ...]) -> None:
+    if tuple(found) != tuple(expected):
+        raise IRError(f"inputs have per-token shapes {list(found)}, expected "
+                      f"{list(expected)}", path=op.kind)
+
+
+@node
+class Op:
+    """Base of all op kinds. ``kind`` names the op in tables and JSON."""
+
+    kind: ClassVar[str] = "op"
+    # Errors name the op (``layers.0.attention``); the message names the field.
+    FLAT_ERRORS: ClassVar[bool] = True
+
+    def params(self, dtype: DType) -> dict[str, ParamSpec]:
+        return {}
+
+    def state(self, batch: int, max_seq_len: int, dtype: DType) -> dict[str, StateSpec]:
+        """What this op keeps between decode steps (KV caches, recurrent state),
+        by name; the planner, packer, kernel and reference all read this."""
+        return {}
+
+    def rows_read(self, valid: int, tokens: int) -> int:
+        """Rows of an appended state one step reads per sequence, when ``valid``
+        rows (the new ``tokens`` included) are in it."""
+        return valid
+
+    def infer(self, inputs: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict:
+        out = {"kind": self.kind}
+        for f in fields(self):
+            out[f.name] = _encode(getattr(self, f.name))
+        return out
+
+
+def _encode(value):
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, RopeScaling):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    return value
