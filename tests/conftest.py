@@ -11,7 +11,11 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 # semaphore callbacks) and then runs it for a few steps: compile time dominates,
 # so the suite asks LLVM for no optimisation. Measured 2026-12-04 (2-core CPU):
 # a 2-device MoE property draw 40.4 -> 35.9 s (46.8 -> 37.9 s of CPU), three
-# decode checks 23.2 -> 21.0 s; kernel and reference see the same flags.
+# decode checks 23.2 -> 21.0 s; the whole suite 1,716 -> 1,074 s. It does not
+# change the checks' error: 12 drawn cards (dense and MoE, bf16 and f32, 1-4
+# devices, fixed seeds) at O2 and O0 gave identical bf16 errors (largest 0.34
+# of the logit and 0.41 of the cache tolerance) and f32 errors equal to the
+# last bits (largest 0.100 / 0.126 of the tolerances at O2, 0.093 / 0.138 at O0).
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 
