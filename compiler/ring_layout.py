@@ -100,15 +100,19 @@ def ring_layout(stream) -> RingLayout:
     return dataclasses.replace(layout, max_pieces=max(layout.pieces(t) for t in tiles))
 
 
-def banks_static(runs, num_banks: int) -> bool:
+def banks_static(runs, num_banks: int, steps: int = 1, total: int = 0) -> bool:
     """Whether every layer of a stack (``runs``: (first tile, tiles, layers)
     of each run of its body) finds its tile j in the same bank: a repetition
     and each layer of a run of several layers advance the flat index by
     multiples of the bank count. The kernel then indexes that tile's bank and
     semaphores by a constant rather than by one computed from the layer
     index, which libtpu's static schedule shows costs the core less
-    (docs/floors.md). Shared by the planner (``WeightStream.static_banks``)
-    and the kernel's ring (backends/pallas_tpu/ring.Stream)."""
+    (docs/floors.md). A call of ``steps`` > 1 runs the ring on across steps,
+    so each step's ``total`` tiles must be whole turns too. Shared by the
+    planner (``WeightStream.static_banks``) and the kernel's ring
+    (backends/pallas_tpu/ring.Stream)."""
+    if steps > 1 and total % num_banks:
+        return False
     per_rep = sum(n * c for _, n, c in runs)
     return per_rep % num_banks == 0 and all(n % num_banks == 0 for _, n, c in runs if c > 1)
 

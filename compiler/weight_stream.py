@@ -174,11 +174,9 @@ class WeightStream:
 
     def static_banks(self, steps: int = 1) -> bool:
         """Whether every streamed tile's bank is the same in every layer
-        (ring_layout.banks_static for each stack, and a whole number of ring
-        turns per step when a call runs several)."""
-        if steps > 1 and self.total % self.num_banks:
-            return False
-        return all(banks_static(st.runs, self.num_banks) for st in self.stacks)
+        (ring_layout.banks_static for each stack)."""
+        return all(banks_static(st.runs, self.num_banks, steps, self.total)
+                   for st in self.stacks)
 
     def expand(self):
         """The flat ordered stream of one step (for tests and reports)."""

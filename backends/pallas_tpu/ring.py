@@ -72,7 +72,7 @@ class Stream:
         and step, or None where it depends on the layer."""
         seg = self.segments[s]
         runs = seg.runs or ((0, len(seg.tiles), 1),)
-        if not banks_static(runs, self.R) or (self.steps > 1 and self.total() % self.R):
+        if not banks_static(runs, self.R, self.steps, self.total()):
             return None
         t0, _, _, off = run_of(runs, j)
         return (seg.offset + off + j - t0) % self.R
