@@ -110,8 +110,12 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         f"{mib(t.vmem_reserve)} reserve); headroom {mib(m.vmem_budget - vm)}",
         f"peak live at one program point: {mib(peak)}; SMEM {_size(m.smem_total)}; "
         f"{m.semaphore_count} semaphores; HBM per core {m.hbm_total / 1e9:.2f} GB"]))
+    static, every = m.stream.constant_tiles(plan.request.steps)
     banks = ("a constant bank per tile: the banks divide every layer's tiles"
-             if m.stream.static_banks(plan.request.steps) else
+             if static == every else
+             f"a constant bank for {static} of the layers' {every} tiles (the runs of "
+             "layers each a whole number of turns of the ring), the rest computed from "
+             "the layer index" if static else
              "each layer's banks computed from its index")
     ring = [f"ring: {g.num_banks} banks x {_size(g.bank_bytes)} = {mib(g.num_banks * g.bank_bytes)}; "
             f"{m.stream.total} tiles per step; {banks}"]

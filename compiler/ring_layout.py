@@ -102,19 +102,29 @@ def ring_layout(stream) -> RingLayout:
 
 def banks_static(runs, num_banks: int, steps: int = 1, total: int = 0) -> bool:
     """Whether every layer of a stack (``runs``: (first tile, tiles, layers)
-    of each run of its body) finds its tile j in the same bank: a repetition
-    and each layer of a run of several layers advance the flat index by
-    multiples of the bank count. The kernel then indexes that tile's bank and
+    of each run of its body) finds its tile j in the same bank: every run
+    does (``run_banks_static``). The kernel then indexes each tile's bank and
     semaphores by a constant rather than by one computed from the layer
     index, which libtpu's static schedule shows costs the core less
-    (docs/floors.md). A call of ``steps`` > 1 runs the ring on across steps,
-    so each step's ``total`` tiles must be whole turns too. Shared by the
-    planner (``WeightStream.static_banks``) and the kernel's ring
-    (backends/pallas_tpu/ring.Stream)."""
+    (docs/floors.md). Shared by the planner (``WeightStream.static_banks``)
+    and the kernel's ring (backends/pallas_tpu/ring.Stream)."""
+    return all(run_banks_static(runs, t0, num_banks, steps, total) for t0, _, _ in runs)
+
+
+def run_banks_static(runs, j: int, num_banks: int, steps: int = 1, total: int = 0) -> bool:
+    """Whether the run holding tile ``j`` finds each of its tiles in the same
+    bank at every layer: a repetition advances the flat index by whole turns
+    of the ring, and so does each layer of the run where it has several. A
+    call of ``steps`` > 1 runs the ring on across steps, so each step's
+    ``total`` tiles must be whole turns too. Where only some runs are static
+    (Qwen3.5's body: 110 tiles a repetition over 11 banks, the attention
+    layer's run static, the Gated DeltaNet run of 3 x 28 tiles not), the
+    kernel indexes those runs' banks by constants and the rest by the layer."""
     if steps > 1 and total % num_banks:
         return False
+    _, n, c, _ = run_of(runs, j)
     per_rep = sum(n * c for _, n, c in runs)
-    return per_rep % num_banks == 0 and all(n % num_banks == 0 for _, n, c in runs if c > 1)
+    return per_rep % num_banks == 0 and (c == 1 or n % num_banks == 0)
 
 
 def run_of(runs, j: int) -> tuple[int, int, int, int]:

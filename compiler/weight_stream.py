@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from megakernel.compiler.layout import LANES, round_up, sublanes, word_rows
 from megakernel import dtypes, formats
 from megakernel.compiler.plan_json import OMIT_DEFAULT
-from megakernel.compiler.ring_layout import banks_static, run_of
+from megakernel.compiler.ring_layout import banks_static, run_banks_static, run_of
 from megakernel.ir.graph import body_global_name
 
 
@@ -177,6 +177,18 @@ class WeightStream:
         (ring_layout.banks_static for each stack)."""
         return all(banks_static(st.runs, self.num_banks, steps, self.total)
                    for st in self.stacks)
+
+    def constant_tiles(self, steps: int = 1) -> tuple[int, int]:
+        """(layers' tiles per step whose bank is a constant, layers' tiles per
+        step): the runs of ``ring_layout.run_banks_static``, each counted
+        over its stack's repetitions (the report's ring line)."""
+        static = every = 0
+        for st in self.stacks:
+            for t0, n, c in st.runs:
+                every += n * c * st.count
+                if run_banks_static(st.runs, t0, self.num_banks, steps, self.total):
+                    static += n * c * st.count
+        return static, every
 
     def expand(self):
         """The flat ordered stream of one step (for tests and reports)."""

@@ -33,7 +33,7 @@ from megakernel.backends.pallas_tpu.layer_vectors import Vectors  # noqa: F401
 from megakernel.backends.pallas_tpu.ring_runs import quotient, refill_run
 from megakernel.backends.pallas_tpu.ring_tiles import (Segment, Tile, Words,  # noqa: F401
                                                        _run_offsets, tile_pieces)
-from megakernel.compiler.ring_layout import banks_static, run_of
+from megakernel.compiler.ring_layout import run_banks_static, run_of
 from megakernel.errors import EmitError
 
 
@@ -62,17 +62,19 @@ class Stream:
 
     def _bank(self, s, j, flat):
         """Bank of tile ``j`` of segment ``s`` at flat index ``flat``: a
-        constant where every layer finds tile j in the same bank
-        (``ring_layout.banks_static``, the plan's ``static_banks``)."""
+        constant where every layer finds tile j in the same bank (its run's
+        ``ring_layout.run_banks_static``; the plan's ``static_banks`` where
+        every run's does)."""
         const = None if isinstance(flat, int) else self.constant_bank(s, j)
         return self._slot(flat) if const is None else const
 
     def constant_bank(self, s, j):
         """The bank tile ``j`` of layered segment ``s`` lands in at every layer
-        and step, or None where it depends on the layer."""
+        and step, or None where it depends on the layer
+        (``ring_layout.run_banks_static``: decided per run of equal layers)."""
         seg = self.segments[s]
         runs = seg.runs or ((0, len(seg.tiles), 1),)
-        if not banks_static(runs, self.R, self.steps, self.total()):
+        if not run_banks_static(runs, j, self.R, self.steps, self.total()):
             return None
         t0, _, _, off = run_of(runs, j)
         return (seg.offset + off + j - t0) % self.R

@@ -10,6 +10,7 @@ from megakernel.backends import pallas_tpu as backend
 from megakernel.backends.pallas_tpu import emit, trace
 from megakernel.compiler import report
 from megakernel.compiler.pipeline import plan_model
+from megakernel.compiler.ring_layout import run_banks_static
 from megakernel.errors import ShardingError
 from megakernel.ir.config import LinearAttentionConfig, ModelConfig, build
 from megakernel.models.weights import init_weights
@@ -33,6 +34,24 @@ STATE_TOL = 1e-5
 def test_hybrid_kernel_equals_the_reference_with_its_states():
     model = build(HYBRID)
     plan = plan_model(model, devices=1, batch=2, tokens=2)
+    result = backend.check(model, plan, init_weights(model), steps=2)
+    assert result.ok, result
+    assert result.cache_max_err <= STATE_TOL, result
+
+
+def test_a_ring_constant_for_the_attention_run_only():
+    """10 banks of 32 KiB: a repetition streams 3 x 26 + 22 = 100 tiles, whole
+    turns of the ring, so the attention layer's tiles sit in constant banks
+    while the Gated DeltaNet run's move with the layer
+    (ring_layout.run_banks_static); the kernel mixes both and still equals
+    the reference across both repetitions and two steps."""
+    model = build(HYBRID)
+    plan = plan_model(model, devices=1, batch=2, tokens=2,
+                      overrides={"bank_bytes": 32 * 1024, "num_banks": 10})
+    runs = plan.memory.stream.stacks[0].runs
+    assert runs == ((0, 26, 3), (26, 22, 1)), runs
+    assert [run_banks_static(runs, t0, 10) for t0, _, _ in runs] == [False, True]
+    assert "a constant bank for 44 of the layers' 200 tiles" in report.terminal(plan)
     result = backend.check(model, plan, init_weights(model), steps=2)
     assert result.ok, result
     assert result.cache_max_err <= STATE_TOL, result

@@ -9,7 +9,7 @@ from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile
 from megakernel.compiler import report
 from megakernel.compiler.choose_geometry import TOLERANCE
 from megakernel.compiler.pipeline import plan_model
-from megakernel.compiler.ring_layout import banks_static
+from megakernel.compiler.ring_layout import banks_static, run_banks_static
 from megakernel.compiler.tile_weights import tile_stream
 from megakernel.models import zoo
 
@@ -35,7 +35,10 @@ def _stream(runs, count, banks, steps=1, head=5):
 
 @pytest.mark.parametrize("runs, banks", [
     (((0, 18, 1),), 6), (((0, 18, 1),), 8), (((0, 8, 2), (8, 4, 1)), 4),
-    (((0, 8, 2), (8, 4, 1)), 3), (((0, 6, 3), (6, 9, 1)), 3)])
+    (((0, 8, 2), (8, 4, 1)), 3), (((0, 6, 3), (6, 9, 1)), 3),
+    # some runs static, not all: a repetition of whole turns (Qwen3.5's body
+    # over 11 banks; 20 tiles over 4), a run of several layers that is not
+    (((0, 28, 3), (28, 26, 1)), 11), (((0, 7, 2), (7, 6, 1)), 4)])
 def test_a_constant_bank_is_the_flat_index_modulo_the_banks(runs, banks):
     """Against the flat index of every (layer, tile): the constant, where there
     is one, is the bank the ring's flat numbering gives at every layer."""
@@ -50,6 +53,18 @@ def test_a_constant_bank_is_the_flat_index_modulo_the_banks(runs, banks):
             found += 1
             assert banks_seen == {const}, (j, banks_seen, const)
     assert (found == len(seg.tiles)) is banks_static(runs, banks), found
+
+
+def test_each_run_is_static_on_its_own():
+    """Qwen3.5-27B's body on 8 cores at the planner's 11 banks: 110 tiles a
+    repetition, so the attention layer's run finds each tile in one bank at
+    every repetition; the Gated DeltaNet run (3 layers of 28) does not."""
+    runs = ((0, 28, 3), (28, 26, 1))
+    assert not run_banks_static(runs, 0, 11) and run_banks_static(runs, 28, 11)
+    assert not run_banks_static(runs, 28, 11, steps=2, total=110 * 16 + 7)
+    assert not run_banks_static(runs, 28, 12)
+    stream = _stream(runs, 16, 11)
+    assert [stream.constant_bank(0, j) for j in (0, 27, 28, 53)] == [None, None, 84 % 11, 109 % 11]
 
 
 def test_several_steps_need_whole_turns_of_the_ring_per_step():
