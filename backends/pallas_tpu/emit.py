@@ -142,11 +142,10 @@ class StackCtx:
             return []
         self.reduced.add(node)
         if site.run > 1 and site.seq_skip:   # the other runs' collectives of each repetition
-            par = (f"({literal(site.seq_offset)} + k * {literal(site.seq_stride)} + "
-                   f"k // {literal(site.run)} * {literal(site.seq_skip)}) % 2")
-        else:
-            stride = site.seq_stride + site.seq_skip     # a run of one layer: k is the repetition
-            par = f"({literal(site.seq_offset)} + k * {literal(stride)}) % 2"
+            par = _parity(site.seq_offset, (("k", site.seq_stride),
+                                            (f"k // {literal(site.run)}", site.seq_skip)))
+        else:                    # a run of one layer: k is the repetition
+            par = _parity(site.seq_offset, (("k", site.seq_stride + site.seq_skip),))
         call = frame.allreduce_call(self.plan, v(tensor), par, site.name)
         width, full = self.shard.width(tensor), self.model.hidden_size
         if width == full:
@@ -155,6 +154,19 @@ class StackCtx:
         # [rows, hidden] slots, zero-padded.
         return [f"{v(tensor)} = rt.pad_lanes({v(tensor)}, {literal(full)})", call,
                 f"{v(tensor)} = {v(tensor)}[:, :{literal(width)}]"]
+
+
+def _parity(offset: int, terms) -> str:
+    """The source of ``(offset + sum(term * coefficient)) % 2``, the slot of
+    an all-reduce, without the terms whose coefficient is even: a constant
+    where all are (Qwen3.5's attention layer: every repetition reduces into
+    the same slot). A slot computed from the layer index costs libtpu's
+    alias analysis a dynamic index into the slots in the loop's body, where
+    the one-period cut (its loop of one trip folded) has a constant."""
+    odd = [t for t, c in terms if c % 2]
+    if not odd:
+        return literal(offset % 2)
+    return f"({literal(offset % 2)} + {' + '.join(odd)}) % 2"
 
 
 # One rule per op kind: (stack context, node) -> source lines of the layer body.
