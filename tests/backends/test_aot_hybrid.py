@@ -9,23 +9,30 @@ the one-period cut has (tests/backends/test_emit.py checks the source, line
 for line but for numbers). The times are measured once rather than in every
 run (a second full-size compile here cost 1-2 minutes of the suite).
 
-Measured 2026-12-04 (libtpu 0.0.51, shared 2-core CPU at load 0.9-2.2, no
-other compile of this session beside; `megakernel aot`'s "compiled in"): 64
-layers 58.8-63.8 s over four runs, cut to one period (4 layers) 34.1-37.0 s
-over four: 1.7x. Before the runs were looped, the 64 layers took 110.5 s
-beside them (3.0x; 63-72 s against 24.5 s on an idle machine, 2.7x).
-What is left is not code size (the kernels' jaxprs are 37.6k and 35.4k
-equations): the cut's attention layer is a loop of ONE repetition, which
-Mosaic folds to straight-line code with its layer index 0 (every next-layer
-prefetch and ring refill guard statically dead); the same cut with that
-loop's trip count made opaque compiles in 51.2 s (1.4x). libtpu's profile
-(perf, 3,961 samples against 2,139) puts the extra time in its
-per-basic-block LLO passes (alias analysis under bundle packing, the
-dependency graph, the scheduler, the coalescers: 2.1-2.6x the cut's
-samples), not in Mosaic's MLIR passes (1.37x). So issue 11's 1.3x is not
-met: 1.7x, from 2.7-3.0x. Against two periods (8 layers, looped like the 64)
-the depth costs nothing: 64 layers 66.5 s, 8 layers 66.3 s, 4 layers 37.1 s,
-one after another on the idle machine at the end of that day.
+Measured 2026-12-04 (libtpu 0.0.51, shared 2-core CPU, idle but for these
+runs, one after another; `megakernel aot`'s "compiled in"): 64 layers 37.4
+and 38.1 s, cut to one period (4 layers) 32.6 and 32.6 s: 1.15x (issue 11:
+within 1.3x). Two changes brought it there from 58.8-63.8 s against
+34.1-37.0 s (1.7x):
+- The cut's attention layer is a loop of ONE repetition, which Mosaic folds
+  to straight-line code with its layer index 0, so every bank index of its
+  ring tiles was a constant there and computed from the layer in the 64. A
+  repetition is 110 tiles, 10 turns of the planner's 11 banks, so the
+  attention run's tiles sit in the same bank at every repetition
+  (ring_layout.run_banks_static) and the kernel now indexes them by
+  constants: 64 layers 42.0-45.8 s, the cut 32.5-37.1 s. libtpu's time was
+  in its alias analysis under bundle packing (perf: AllocationLike lookups
+  of the semaphore words), which grows with the dynamically indexed banks.
+  The same cut with its layer index made opaque compiled in 54.2 s.
+- The rest was CPython, not the kernel: lowering the 64-layer kernel took
+  9-12 s under `megakernel aot` and 4.5-5.3 s from a shallower caller, the
+  extra time in mmap, munmap and page faults (perf). CPython 3.12 unmaps a
+  16 KiB chunk of its frame stack whenever the stack returns below it, and
+  the lowering's recursion through the nested loop bodies went up and down
+  across such an edge; aot_compile now runs on its own thread, whose frames
+  start at the same depth for every caller (aot._on_own_stack).
+The depth itself costs nothing: two periods (8 layers, looped like the 64)
+compiled in 62.1 s against the 64 layers' 59.0 s before these changes.
 
 VMEM by the compiler against the plan: 45.96 MiB against 46.04 (-0.08; the
 one-period cut 45.70 against 45.18; at 4 steps per call 46.00 against
