@@ -228,25 +228,16 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
 
 
 KERNEL_FALLBACK = {"allreduce": "one_shot"}
-# libtpu's static schedule (two more AOT compiles at cut depths): the tiny models
-# (5-12 s each), and every model whose plan has constant ring banks
-# (``WeightStream.static_banks``): libtpu's profile pass aborts on some kernels
-# whose banks are computed from the layer index ("No DMA issue node found for
-# sync flag") and has accepted every constant-bank kernel tried: qwen3-8b/4
-# (32 s), olmo-2-7b/8 (23 s), gemma-3-1b/1 (95 s), 2026-12-04 (docs/floors.md).
-PROFILE = ("tiny-dense", "tiny-moe")
-
-
-def _profiled(name, plan) -> bool:
-    return name in PROFILE or plan.memory.stream.static_banks(plan.request.steps)
 
 
 def _profile_stage(rec, name, plan, devices, compiled) -> None:
-    """Core work from libtpu's static schedule beside the modeled compute."""
-    if not _profiled(name, plan) or not compiled:
-        rec["skipped"]["profile"] = ("static profile: constant-bank plans and bench/run.py "
-                                     "PROFILE (libtpu's profile pass aborts on some kernels "
-                                     "with computed banks; docs/floors.md)")
+    """Core work from libtpu's static schedule beside the modeled compute: two
+    more AOT compiles at cut depths for every model (profile_kernel.py). Its
+    profile builds keep each ring tile's semaphore constant, on which libtpu's
+    profile pass aborted for kernels whose banks are computed from the layer
+    index ("No DMA issue node found for sync flag"; docs/floors.md)."""
+    if not compiled:
+        rec["skipped"]["profile"] = "static profile: the AOT compile did not succeed"
         return
     from megakernel.backends.pallas_tpu.profile_kernel import profile
 

@@ -44,7 +44,8 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
     if not multi:
         lines.append("pos = rt.positions(start_pos, ROWS_PADDED, BATCH, TOKENS)")
     lines += [f"stream = rt.Stream(ring_banks, ring_sems, NUM_BANKS, SEGMENTS, "
-              f"({', '.join(refs)},), ({aux}), sync=SYNCHRONISED{steps})",
+              f"({', '.join(refs)},), ({aux}), sync=SYNCHRONISED{steps}, "
+              "static_sems=STATIC_RING_SEMAPHORES)",
               "stream.prologue()   # first NUM_BANKS tiles of the step in flight"]
     for c in ctxs:
         for node, ep, tp, _, _ in c.shard.experts:

@@ -115,6 +115,8 @@ def _cut_plan(model, plan, layers: int):
     fixed = {k: v for k, v in dataclasses.asdict(g).items() if v}
     overrides = {k: v for k, v in dataclasses.asdict(r.overrides).items() if v is not None}
     overrides.update(fixed)
+    if plan.memory.experts:      # the full plan's expert parallelism, not the cut's choice
+        overrides.setdefault("moe_parallel", plan.shard.ep if plan.shard.ep > 1 else "tp")
     cut = model.truncated(layers)
     return cut, plan_model(cut, target=plan.target, devices=plan.shard.cores, batch=r.batch, tokens=r.tokens,
                            context=r.context, steps=r.steps, overrides=overrides)
@@ -140,13 +142,22 @@ def main(argv: list[str]) -> int:
 
             module = load.import_module(backend.compile_model(model, plan, kdir))
             # libtpu's profile pass aborts ("No DMA issue node found for sync
-            # flag") on the window DMAs started a layer ahead; the op's own
+            # flag") on the window and Gated DeltaNet state DMAs started a
+            # layer ahead (qwen3.5-27b/8 cut to 8 layers); the op's own
             # order is the same core work, its waits merely not hidden.
             module.APPENDED_SYNC = True
             # It aborts on every multi-core kernel too, on the waits for peers'
             # DMAs: each collective's links become local DMAs of the same bytes
             # (collectives.py), the core work of the kernel's own side.
             module.LOCAL_COLLECTIVES = True
+            # And on the ring's waits where the semaphore is computed from the
+            # layer index in some layer loops: each tile signals the semaphore
+            # of its place in the layer (its bank still computed). On a kernel
+            # that profiles both ways (qwen3-8b/4 cut to 2 layers, MLP 4,096,
+            # 8 banks) every unit but two is within 1%: MXU streaming +8%, and
+            # stalls 13,353 against 37,818 cycles, the profile no longer
+            # serialising those DMAs (docs/floors.md).
+            module.STATIC_RING_SEMAPHORES = True
             backend.aot_compile(module, plan, topology=topology, write_back=False)
         out[depth] = static_profile.read(dump, "").breakdown
         print(f"{depth} layers: {out[depth]}", file=sys.stderr, flush=True)

@@ -14,6 +14,13 @@ head's refills start the next step's first R tiles (``step`` is the traced
 step index, set by the kernel's step loop) and the next step's layers find
 them arriving.
 
+``static_sems=True`` (libtpu's profile only; such a kernel is never run):
+each layer tile's DMA signals the semaphore of its place in the layer
+rather than its bank's. libtpu's profile pass cannot pair a wait with its
+start when the semaphore is computed from the layer index in some ring
+loops ("No DMA issue node found for sync flag"), and serialises DMAs whose
+semaphore it cannot resolve; the bank each tile lands in is still computed.
+
 ``sync=True`` builds the synchronised-ops ablation from the same kernel: no
 DMA runs ahead across an op boundary. Each ring op starts its own first R
 tiles when it begins (``begin``) and refills only with its own tiles; the
@@ -40,9 +47,13 @@ from megakernel.errors import EmitError
 class Stream:
     """The weight ring over ``segments`` (stacks in order, then the head)."""
 
-    def __init__(self, banks, sems, num_banks, segments, refs, aux=(), sync=False, steps=1):
+    def __init__(self, banks, sems, num_banks, segments, refs, aux=(), sync=False, steps=1,
+                 static_sems=False):
         self.banks, self.sems, self.R = banks, sems, num_banks
         self.sync, self._op_end = sync, None
+        # Profile builds only (never run): a layer tile's DMA signals a
+        # semaphore fixed by its place in the layer, not its bank's.
+        self.static_sems = static_sems
         self.segments, self.refs = segments, refs      # refs[s][i]: HBM weight
         # aux[i]: [R, rows, cols] ring of one tile shape that is not tile
         # aligned (a DMA into a corner of the main banks must be aligned).
@@ -98,9 +109,12 @@ class Stream:
         if seg.layered:
             src = src.at[layer]
         slot = self._bank(s, j, flat)
+        sem = slot
+        if self.static_sems and seg.layered and not isinstance(slot, int):
+            sem = (seg.offset + j) % self.R
         srcs = [src.at[pl.ds(tile.r0_w, tile.rows_w), pl.ds(tile.c0 + c, w)]
                 for c, w in self._pieces(tile)]
-        copies = [pltpu.make_async_copy(a, b, self.sems.at[slot, i])
+        copies = [pltpu.make_async_copy(a, b, self.sems.at[sem, i])
                   for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))]
         if tile.fmt:           # its scales ride under the same flat index
             scales = self.refs[s][tile.sref]
@@ -108,7 +122,7 @@ class Stream:
                 scales = scales.at[layer]
             copies.append(pltpu.make_async_copy(
                 scales.at[pl.ds(tile.sr0, tile.srows), pl.ds(tile.c0, tile.cols)],
-                self._scale_dst(tile, slot), self.sems.at[slot, len(copies)]))
+                self._scale_dst(tile, slot), self.sems.at[sem, len(copies)]))
         return _Copies(copies)
 
     def _scale_dst(self, tile, slot):

@@ -60,3 +60,22 @@ def test_profile_of_a_real_kernel():
     assert work.cycles["mxu_push"] > 0 and work.cycles["stall"] > 0
     assert all(v >= 0 for v in work.cycles.values())
     assert "headroom" in work.summary()
+
+
+@pytest.mark.slow
+def test_profile_of_a_kernel_whose_banks_are_computed():
+    """qwen3-8b on 4 cores cut to 2 layers (vocabulary 4,096) at 10 banks of
+    4 MiB: 26 tiles a layer, so each layer's banks are computed from its
+    index. libtpu's profile pass aborted on it ("No DMA issue node found for
+    sync flag") until the profile build gave each ring tile the semaphore of
+    its place in the layer (``STATIC_RING_SEMAPHORES``); about 30 s."""
+    import dataclasses
+
+    from megakernel.ir.config import build
+
+    card = dataclasses.replace(zoo.card("qwen3-8b"), num_layers=2, vocab_size=4096)
+    plan = plan_model(build(card), devices=4, batch=1, tokens=1,
+                      overrides={"bank_bytes": 4 << 20, "num_banks": 10})
+    assert not plan.memory.stream.static_banks()
+    work = profile_kernel.profile(plan, topology="tpu7x:2x2x1", timeout=600)
+    assert work.cycles["mxu_push"] > 0 and work.cycles["scalar"] > 0
