@@ -185,7 +185,7 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
         else:
             rec["skipped"]["aot"] = "no kernel (codegen failed)"
         done(rec)
-        _profile_stage(rec, name, plan, devices, aot and kernel is not None)
+        _profile_stage(rec, plan, devices, aot and kernel is not None)
         done(rec)
         if not interpret:
             for stage in ("check", "trace", "replay"):
@@ -230,7 +230,7 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
 KERNEL_FALLBACK = {"allreduce": "one_shot"}
 
 
-def _profile_stage(rec, name, plan, devices, compiled) -> None:
+def _profile_stage(rec, plan, devices, compiled) -> None:
     """Core work from libtpu's static schedule beside the modeled compute: two
     more AOT compiles at cut depths for every model (profile_kernel.py). Its
     profile builds keep each ring tile's semaphore constant, on which libtpu's

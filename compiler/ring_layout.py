@@ -106,8 +106,8 @@ def banks_static(runs, num_banks: int, steps: int = 1, total: int = 0) -> bool:
     does (``run_banks_static``). The kernel then indexes each tile's bank and
     semaphores by a constant rather than by one computed from the layer
     index, which libtpu's static schedule shows costs the core less
-    (docs/floors.md). Shared by the planner (``WeightStream.static_banks``)
-    and the kernel's ring (backends/pallas_tpu/ring.Stream)."""
+    (docs/floors.md). The planner (``WeightStream.constant_tiles``) and the
+    kernel's ring (backends/pallas_tpu/ring.Stream) decide per run."""
     return all(run_banks_static(runs, t0, num_banks, steps, total) for t0, _, _ in runs)
 
 

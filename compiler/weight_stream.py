@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from megakernel.compiler.layout import LANES, round_up, sublanes, word_rows
 from megakernel import dtypes, formats
 from megakernel.compiler.plan_json import OMIT_DEFAULT
-from megakernel.compiler.ring_layout import banks_static, run_banks_static, run_of
+from megakernel.compiler.ring_layout import run_banks_static, run_of
 from megakernel.ir.graph import body_global_name
 
 
@@ -174,9 +174,9 @@ class WeightStream:
 
     def static_banks(self, steps: int = 1) -> bool:
         """Whether every streamed tile's bank is the same in every layer
-        (ring_layout.banks_static for each stack)."""
-        return all(banks_static(st.runs, self.num_banks, steps, self.total)
-                   for st in self.stacks)
+        (every run's, ``constant_tiles``)."""
+        static, every = self.constant_tiles(steps)
+        return static == every
 
     def constant_tiles(self, steps: int = 1) -> tuple[int, int]:
         """(layers' tiles per step whose bank is a constant, layers' tiles per
