@@ -100,6 +100,10 @@ IR_OPTIONAL = {"embed_ops", "logit_ops"}
 HF_REQUIRED = {"model_type", "vocab_size", "hidden_size", "num_hidden_layers",
                "num_attention_heads", "intermediate_size"}
 HF_READ_HARMLESS = {"model_type", "dtype", "torch_dtype", "max_position_embeddings"}
+# Numbers Hugging Face types as floats that the fixtures happen to write as
+# integers (gemma2/gemma3: "query_pre_attn_scalar": 24): 256.5 is a valid value
+# of such a field, so its wrong values are a float's.
+HF_FLOATS = {"query_pre_attn_scalar"}
 
 
 def _card(name):
@@ -178,7 +182,10 @@ def mutations(draw, kind: str):
     elif how == "deep":
         parent[leaf] = Raw("[" * 40 + "]" * 40)
     else:
-        parent[leaf] = draw(st.sampled_from(_wrong_values(parent[leaf])))
+        value = parent[leaf]
+        if kind == "hf" and leaf in HF_FLOATS:
+            value = float(value)
+        parent[leaf] = draw(st.sampled_from(_wrong_values(value)))
     return dump(doc), field
 
 
