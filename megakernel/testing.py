@@ -130,14 +130,16 @@ def check_case(model, case: DecodeCase, *, devices: int | None = None, seed: int
     runner = kernel_cache.runner(model, plan, seed, fault,
                                  mesh if mesh is not None else run.make_mesh(devices))
     runner.set_caches({k: np.asarray(v) for k, v in caches.items()})
-    ref_logits, _, tied = run.reference_step(model, w, case.tokens, case.start, caches)
+    tol = run.Tolerances.of(model, plan)
+    ref_logits, _, tied = run.reference_step(model, w, case.tokens, case.start, caches,
+                                             tol.route_tie)
     keep = ~tied
     got_tokens, got_logits = runner.step(case.tokens, case.start)
     scale = 1.0 + float(np.max(np.abs(ref_logits)))
     mismatches, ties = run.near_ties(got_tokens[keep], got_logits[keep], ref_logits[keep])
     err = float(np.max(np.abs(got_logits[keep] - ref_logits[keep]), initial=0.0))
     return CaseResult(b, t, err / scale, 1.0 - mismatches / max(int(keep.sum()) * t, 1),
-                      run.TOL[model.dtype.value], mismatches, ties, int((~keep).sum()))
+                      tol.logits, mismatches, ties, int((~keep).sum()))
 
 
 def assert_case(model, case: DecodeCase, **kw) -> None:

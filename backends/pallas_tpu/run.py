@@ -22,6 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from megakernel.backends.pallas_tpu import pack
 from megakernel.errors import CheckError
+from megakernel.ir.kind_gdn import GatedDeltaNet
 from megakernel.models import reference
 
 # Logits pass when max|kernel - reference| <= TOL * (1 + max|reference logits|),
@@ -74,13 +75,62 @@ CACHE_TOL = {"float32": 4e-6, "bfloat16": 2 ** -7}
 # under ~2e-6 (1 + |router logit|): 1e-5 covers router logits up to ~4.
 ROUTE_TIE = {"float32": 1e-5, "bfloat16": 5e-4}
 
+# A bf16 wire (schedule_collectives: each core's partial rounded to bf16 once
+# per all-reduce, f32 sums) is the one rounding the kernel has and the
+# reference does not: on an f32 wire the same plans equal the reference to
+# ~1e-5 of the logit scale. Its error adds to the dtype's bounds above, for
+# logits and state alike (relative to 1 + the largest reference value), and
+# the routing margin it can flip adds to ROUTE_TIE. Measured (2026-12-04,
+# tools/measure_wire.py: bf16 draws, 2 steps, kernel vs reference):
+# - attention models (model_configs, 1-2 layers, batch 1-8, 1-4 tokens): 10
+#   MoE and 8 dense draws on 8 cores: logits <= 1.0e-2 of the scale, state
+#   <= 0.75 of CACHE_TOL; the 40 draws on 2-4 cores above: <= 9.6e-3. So 1e-2.
+# - hybrids (hybrid_configs, 1-2 periods, batch 1-4, 1-4 tokens; Gated
+#   DeltaNet's L2-normed 16-wide heads and gated norms amplify the rounding):
+#   48 draws on 2 and 4 cores, logits <= 1.5e-2 of the scale but for two,
+#   2.9e-2 (4 cores) and 4.9e-2 (2 cores, state 4.1e-2; the same plan on an
+#   f32 wire: 1.4e-3, routing margins all >= 4.7e-3). So 6e-2.
+# - routing flips at margins up to 2.1e-4 on 2-4 cores (ROUTE_TIE above) and
+#   of 7.9e-4 on 8 (sigmoid grouped routing, int8 attention projections; on an
+#   f32 wire no flip, logits within 1.5e-5). A sum of n rounded partials errs
+#   by up to n half-ulps, so the margin grows with the cores: 2.5e-4 per core
+#   (8 cores: 2.5e-3 in all, 3.2x the flip).
+WIRE_TOL = {"attention": 1e-2, "hybrid": 6e-2}
+WIRE_ROUTE_TIE_PER_CORE = 2.5e-4
 
-def reference_step(model, weights, tokens, start_pos, caches):
+
+@dataclass(frozen=True)
+class Tolerances:
+    """A check's relative bounds: logits and state within ``logits`` /
+    ``state`` x (1 + the largest reference value); a sequence routed by a
+    margin below ``route_tie`` is not compared."""
+
+    logits: float
+    state: float
+    route_tie: float
+
+    @classmethod
+    def of(cls, model, plan=None) -> "Tolerances":
+        """The dtype's bounds, plus the bf16 wire's on a plan whose all-reduces
+        round partials to bf16 (a plan of one core has no wire)."""
+        dt = model.dtype.value
+        wire = plan.collectives.wire if plan is not None else None
+        if wire != "bfloat16":
+            return cls(TOL[dt], CACHE_TOL[dt], ROUTE_TIE[dt])
+        family = "hybrid" if any(n.op.kind == GatedDeltaNet.kind for layer in model.layers
+                                 for n in layer.nodes) else "attention"
+        return cls(TOL[dt] + WIRE_TOL[family], CACHE_TOL[dt] + WIRE_TOL[family],
+                   ROUTE_TIE[dt] + WIRE_ROUTE_TIE_PER_CORE * plan.shard.cores)
+
+
+def reference_step(model, weights, tokens, start_pos, caches, route_tie: float | None = None):
     """One reference step -> (logits [B, T, V] numpy, caches, route ties [B]
-    bool: the sequences whose routing in this step is a near-tie), one pass."""
+    bool: the sequences whose routing in this step is a near-tie, a margin
+    below ``route_tie``, default ROUTE_TIE of the dtype), one pass."""
     logits, caches, margins = reference.decode_step_margins_jit(
         model, weights, jnp.asarray(tokens), jnp.asarray(start_pos), caches)
-    return np.asarray(logits), caches, np.asarray(margins) < ROUTE_TIE[model.dtype.value]
+    tie = ROUTE_TIE[model.dtype.value] if route_tie is None else route_tie
+    return np.asarray(logits), caches, np.asarray(margins) < tie
 
 
 @dataclass
@@ -257,8 +307,10 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
     errs, cache_err, scale, cache_scale = [], 0.0, 0.0, 0.0
     mismatches = ties = compared = 0
     tied = np.zeros(b, bool)
+    tol = Tolerances.of(model, plan)
     for _ in range(steps):
-        ref_logits, caches, ties_now = reference_step(model, w, tokens, start, caches)
+        ref_logits, caches, ties_now = reference_step(model, w, tokens, start, caches,
+                                                      tol.route_tie)
         tied |= ties_now
         keep = ~tied
         nxt, got = runner.step(tokens, start)
@@ -277,8 +329,7 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
             cache_err = max(cache_err, float(np.max(diff, initial=0.0)))
             cache_scale = max(cache_scale, float(np.max(np.abs(ref))))
         tokens, start = ref_tok.astype(np.int32), start + t
-    dt = model.dtype.value
     return CheckResult(max(errs), 1.0 - mismatches / max(compared, 1), cache_err, steps,
-                       time.perf_counter() - t0, False, TOL[dt] * (1.0 + scale), errs,
-                       CACHE_TOL[dt] * (1.0 + cache_scale), mismatches=mismatches,
+                       time.perf_counter() - t0, False, tol.logits * (1.0 + scale), errs,
+                       tol.state * (1.0 + cache_scale), mismatches=mismatches,
                        near_ties=ties, route_ties=int(tied.sum()))

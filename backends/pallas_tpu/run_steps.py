@@ -43,11 +43,11 @@ def call(runner, tokens, start_pos, *, end_id: int = -1, limit=None):
 
 
 def expected(model, weights, tokens, start_pos, caches, steps: int, *, end_id: int = -1,
-             limit=None):
+             limit=None, route_tie: float | None = None):
     """N single greedy reference steps with the stop rule -> (tokens [B, N],
     last step's logits [B, V], running mask of the last step [B], caches,
     routing near-ties [B]: the sequences a running step routed by a margin
-    below ``run.ROUTE_TIE``)."""
+    below ``route_tie``, default ``run.ROUTE_TIE`` of the dtype)."""
     from megakernel.backends.pallas_tpu.run import reference_step
 
     b = len(tokens)
@@ -62,7 +62,8 @@ def expected(model, weights, tokens, start_pos, caches, steps: int, *, end_id: i
         if i:
             stopped |= pos + 1 >= limit
             pos = np.where(stopped, pos, pos + 1)
-        step_logits, new, ties_now = reference_step(model, weights, tok[:, None], pos, caches)
+        step_logits, new, ties_now = reference_step(model, weights, tok[:, None], pos, caches,
+                                                    route_tie)
         tied |= ~stopped & ties_now
         keep = stopped.copy()
         caches = {k: jnp.asarray(np.where(keep.reshape(-1, *[1] * (v.ndim - 1)),
@@ -80,7 +81,7 @@ def check_steps(model, plan, weights, module, interpret, *, seed: int = 0, promp
                 end_at: int | None = None, limit=None):
     """One N-step call against N reference steps -> CheckResult. ``end_at``:
     the end id is the reference's token of row 0 at that step (it stops there)."""
-    from megakernel.backends.pallas_tpu.run import (CACHE_TOL, TOL, CheckResult, KernelRunner,
+    from megakernel.backends.pallas_tpu.run import (CheckResult, KernelRunner, Tolerances,
                                                     make_mesh, races_found)
 
     b, n = plan.request.batch, plan.request.steps
@@ -99,8 +100,10 @@ def check_steps(model, plan, weights, module, interpret, *, seed: int = 0, promp
     if end_at is not None:
         free, *_ = expected(model, w, tokens, start, caches, end_at + 1, limit=limit)
         end_id = int(free[0, end_at])
+    tol = Tolerances.of(model, plan)
     want, ref_logits, running, ref_caches, tied = expected(model, w, tokens, start, caches, n,
-                                                           end_id=end_id, limit=limit)
+                                                           end_id=end_id, limit=limit,
+                                                           route_tie=tol.route_tie)
     got, logits = call(runner, tokens, start, end_id=end_id, limit=limit)
     if races_found():
         return CheckResult(float("inf"), 0.0, float("inf"), n, time.perf_counter() - t0, True)
@@ -112,8 +115,7 @@ def check_steps(model, plan, weights, module, interpret, *, seed: int = 0, promp
     err, scale = 0.0, float(np.max(np.abs(ref_logits)))
     if logits is not None and (running & keep).any():
         err = float(np.max(np.abs(logits[running & keep] - ref_logits[running & keep])))
-    dt = model.dtype.value
     agreement = float(np.mean(got[keep] == want[keep])) if keep.any() else 1.0
     return CheckResult(err, agreement, cache_err, n, time.perf_counter() - t0,
-                       False, TOL[dt] * (1.0 + scale), [err], CACHE_TOL[dt] * (1.0 + cache_scale),
+                       False, tol.logits * (1.0 + scale), [err], tol.state * (1.0 + cache_scale),
                        tokens=got, route_ties=int(tied.sum()))

@@ -50,6 +50,8 @@ def test_drawn_hybrids_match_reference(devices):
         assert not result.races, "the race detector reported a race"
         assert result.tokens_agree, result      # near-ties: tests/e2e/drawn.py
         assert result.max_abs_err <= result.tolerance, result
-        assert result.cache_max_err <= CACHE_TOL[model.dtype.value], result
+        # (on a bf16 wire, run.check's state bound adds the wire's rounding)
+        bound = max(CACHE_TOL[model.dtype.value], result.cache_tolerance)
+        assert result.cache_max_err <= bound, result
 
     prop()

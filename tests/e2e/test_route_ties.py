@@ -58,8 +58,10 @@ def test_the_drawn_near_tie_is_found_by_the_reference():
 
 @pytest.mark.slow
 def test_the_drawn_near_tie_passes_with_its_tied_sequences_left_out():
-    """On 2 cores (12 s; the failing run had 4: same reference, same tie)."""
+    """On 2 cores (12 s; the failing run had 4: same reference, same tie),
+    on an f32 wire: a bf16 wire widens the margin left out by its own
+    rounding (run.Tolerances), past all three sequences' margins."""
     model = build(CARD)
-    plan = plan_model(model, devices=2, batch=3, tokens=2)
+    plan = plan_model(model, devices=2, batch=3, tokens=2, overrides={"wire": "float32"})
     result = assert_plan_matches_reference(model, plan)
     assert 1 <= result.route_ties < 3, result
