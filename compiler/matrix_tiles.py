@@ -29,7 +29,7 @@ def _spans(extent: int, block: int, quantum: int) -> list[tuple[int, int]]:
 @functools.lru_cache(maxsize=4096)
 def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
                 kind: str = "weight", quantum: int = 1,
-                most: int | None = None) -> tuple[Tile, ...]:
+                most: int | None = None, min_cols: int = 0) -> tuple[Tile, ...]:
     """Tiles of a per-core [rows, cols] matrix for banks of ``bank`` bytes.
     kind: "weight" (row blocks), "head" (vocab column blocks, whole
     contraction). Row blocks of a "weight" are whole multiples of ``quantum``
@@ -41,16 +41,18 @@ def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
     sub = math.lcm(sub, quantum)
     lane_cols, sub_rows = round_up(cols, LANES), round_up(rows, sub)
     if kind == "weight":
-        if sub * lane_cols * item <= bank:
-            rb, cb = bank // (lane_cols * item) // sub * sub, cols
+        fill = max(lane_cols, min_cols)
+        if sub * fill * item <= bank:
+            rb, cb = bank // (fill * item) // sub * sub, cols
         else:
             cb = max(bank // (sub * item) // LANES * LANES, LANES)
             rb = bank // (cb * item) // sub * sub
     else:
-        if sub_rows * LANES * item <= bank:
+        fill = max(LANES, min_cols)      # the narrowest column block worth a matmul
+        if sub_rows * fill * item <= bank:
             rb, cb = rows, bank // (sub_rows * item) // LANES * LANES
         else:
-            rb, cb = bank // (LANES * item) // sub * sub, LANES
+            rb, cb = bank // (fill * item) // sub * sub, fill
     if most is not None:
         rb = min(rb, most)
     rspans, cspans = _spans(rows, rb, sub), _spans(cols, cb, LANES)
@@ -60,10 +62,11 @@ def tile_matrix(name: str, rows: int, cols: int, dtype: str, bank: int,
 
 @functools.lru_cache(maxsize=4096)
 def _totals(name: str, rows: int, cols: int, dtype: str, bank: int,
-            kind: str = "weight", quantum: int = 1, most: int | None = None) -> tuple[int, int]:
+            kind: str = "weight", quantum: int = 1, most: int | None = None,
+            min_cols: int = 0) -> tuple[int, int]:
     """(DMA bytes, elements) of ``tile_matrix``'s tiles; raises when one does
     not fit a bank (only possible for banks below a few native tiles)."""
-    tiles = tile_matrix(name, rows, cols, dtype, bank, kind, quantum, most)
+    tiles = tile_matrix(name, rows, cols, dtype, bank, kind, quantum, most, min_cols)
     worst = max(tiles, key=lambda t: t.view[0] * t.view[1])
     need = padded_bytes(worst.words, "int32")      # as the bank holds it: words
     if need > bank:

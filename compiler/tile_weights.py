@@ -35,7 +35,11 @@ from megakernel.compiler.weight_stream import (NodeTiles, StackStream, StreamEnt
 from megakernel.errors import PlanningError
 
 
-def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStream:
+def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int,
+                mxu: int = 0) -> WeightStream:
+    """The ring's tiles of every streamed weight for banks of ``bank_bytes``;
+    ``mxu``: the target's MXU width (narrow weights are row-blocked as if that
+    wide, ``tile_matrix``'s ``min_cols``)."""
     stacks, offset = [], 0
     for st in shard.stacks:
         tiles: list[Tile] = []
@@ -45,7 +49,7 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
                 continue
             node = p.name.split(".")[0]
             if p.format == "plain":
-                key = (p.name, *p.shape, p.dtype, bank_bytes)
+                key = (p.name, *p.shape, p.dtype, bank_bytes, "weight", 1, None, mxu)
                 mine = tile_matrix(*key)
                 nbytes, elements = _totals(*key)
             else:
@@ -63,7 +67,7 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int) -> WeightStre
                                   tuple(nodes), runs))
         offset += stacks[-1].count * stacks[-1].per_layer
     p = shard.global_param("lm_head.weight")
-    key = (p.name, *p.shape, p.dtype, bank_bytes, "head")
+    key = (p.name, *p.shape, p.dtype, bank_bytes, "head", 1, None, mxu)
     head = tile_matrix(*key)
     nbytes, elements = _totals(*key)
     block = head[0].cols

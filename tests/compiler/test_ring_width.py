@@ -1,0 +1,29 @@
+"""The weight ring's bank width: a column piece of a folded tile is the output
+width of one matmul, and libtpu schedules pieces narrower than the MXU far
+slower (compiler/ring_layout.py, docs/floors.md)."""
+
+from megakernel.compiler.pipeline import plan_model
+from megakernel.compiler.ring_layout import _bank_rows_cols
+from megakernel.models import zoo
+
+
+def test_a_narrow_common_divisor_is_not_taken_for_the_width():
+    # qwen3-32b on 8 cores, in words: gate/up 640 x 3200 bf16 tiles (320 word
+    # rows), down 400 x 5120 (200), k/v 5120 x 128 (2560), q/o 1712 x 1024.
+    shapes = {(320, 3200), (200, 5120), (2560, 128), (856, 1024)}
+    assert _bank_rows_cols(shapes) == (8000, 128)          # smallest bank, MXU-blind
+    rows, cols = _bank_rows_cols(shapes, mxu=256)
+    assert cols == 256 and rows == 4160                    # 13 pieces of 320 rows
+    assert rows * cols <= 1.05 * 8000 * 128                # 4% more VMEM
+
+
+def test_tiles_narrower_than_the_mxu_keep_their_width():
+    assert _bank_rows_cols({(64, 128), (32, 128)}, mxu=256) == (64, 128)
+
+
+def test_zoo_plan_banks_are_as_wide_as_the_mxu():
+    plan = plan_model(zoo.model("qwen3-32b"), devices=8)
+    ring = plan.memory.ring
+    assert plan.target.mxu_size == 256 and ring.bank_cols % 256 == 0, ring
+    # the ring stays within the VMEM budget the planner checked
+    assert plan.memory.vmem_total <= plan.target.vmem_budget
