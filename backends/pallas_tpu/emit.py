@@ -247,6 +247,9 @@ def _moe(c: StackCtx, n) -> list[str]:
     # The router logits stream through the ring like any linear's output, one
     # weight chunk at a time: a router assembled as one value ([7168, 384] bf16
     # for Kimi-K2, 5.25 MiB) was held whole in VMEM beside the plan.
+    # A profile build runs the cost model's count of expert items (profile_kernel.py).
+    e = next(e for e in c.plan.memory.experts if e.stack == c.s and e.node == n.name)
+    extra += f", static_items={literal(e.max_distinct * e.chunks)} if PROFILE_EXPERT_ITEMS else None"
     lines = [c.linear("logits", x, f"{n.name}.router", op.num_experts),
              f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, logits, {bias}, "
              f"{experts}, k, expert_base_s{c.s}_{n.name} * {literal(local)}, "

@@ -23,7 +23,8 @@ group-limited selection (1 / 1: none).
   ids_sem     DMA (1,)                   used_v -> used_s
 
 ``moe_routed(g, x, logits, router_bias, experts_gate, experts_up, experts_down,
-layer, expert_offset, **buffers, logit_bias=None, biases=None, bias_here=True)
+layer, expert_offset, **buffers, logit_bias=None, biases=None, bias_here=True,
+static_items=None)
 -> partial [rows_padded, hidden] f32`` - x value [RP, hidden] f32; logits value
 [RP, E] f32, x @ router (the emitter streams the router through the ring like
 any linear: x in the weight's dtype, f32 accumulation); router_bias value
@@ -31,7 +32,9 @@ any linear: x in the weight's dtype, f32 accumulation); router_bias value
 int32; expert_offset = global id of local expert 0 (EP) or 0 (TP); logit_bias
 [1, E] f32 (``router_logit_bias``); biases (gate [1, experts_local, inter_local], up, down [1, experts_local,
 hidden]) f32 (``expert_bias``); bias_here: whether this core adds the down
-biases (one core of each group splitting an expert's intermediate). Returns the
+biases (one core of each group splitting an expert's intermediate);
+static_items: a profile build's fixed count of expert items (the kernel's
+``PROFILE_EXPERT_ITEMS``), in place of the routed one. Returns the
 sum over this core's selected experts of weight * expert(x) for valid rows and
 0 for padding rows; summing partials over cores gives the routed output.
 
@@ -286,7 +289,7 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
                experts_down, layer, expert_offset, *, used_v, used_s, uniq, gate_slots,
                up_slots, down_slots, slot_sems, ids_sem, logit_bias=None, biases=None,
                bias_here=True, gate_scales=None, up_scales=None, down_scales=None,
-               experts_scales=None):
+               experts_scales=None, static_items=None):
     uniq_s, gate_b, up_b, down_b, sems, isem = (uniq, gate_slots, up_slots, down_slots,
                                                 slot_sems, ids_sem)
     K, C, nc = g.slots, g.chunk, g.chunks
@@ -307,6 +310,8 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
         return n + hit.astype(jnp.int32)
 
     n_items = jax.lax.fori_loop(0, g.experts_local, collect, jnp.int32(0)) * nc
+    if static_items is not None:     # a profile build (never run): a counted loop
+        n_items = static_items
 
     def copies(q):
         """DMAs of item q = (expert uniq[q // nc], chunk q % nc) into slot q % K."""

@@ -158,6 +158,10 @@ def main(argv: list[str]) -> int:
             # stalls 13,353 against 37,818 cycles, the profile no longer
             # serialising those DMAs (docs/floors.md).
             module.STATIC_RING_SEMAPHORES = True
+            # And every MoE layer's expert loop at the cost model's count of
+            # items (ExpertStream.max_distinct x chunks): libtpu's schedule
+            # counts a loop over the routed experts, a computed trip count, once.
+            module.PROFILE_EXPERT_ITEMS = True
             backend.aot_compile(module, plan, topology=topology, write_back=False)
         out[depth] = static_profile.read(dump, "").breakdown
         print(f"{depth} layers: {out[depth]}", file=sys.stderr, flush=True)
