@@ -59,8 +59,8 @@ class _Search:
     def ring_bytes(self, g: Geometry) -> int:
         """Declared bytes of the ring for ``g`` (linear in the bank count)."""
         if g.bank_bytes not in self.per_bank:
-            mxu = self.target.mxu_size
-            layout = ring_layout(tile_stream(self.shard, g.bank_bytes, 2, mxu), mxu)
+            layout = ring_layout(tile_stream(self.shard, g.bank_bytes, 2,
+                                             self.target.mxu_size))
             self.per_bank[g.bank_bytes] = layout.nbytes // 2
         return g.num_banks * self.per_bank[g.bank_bytes]
 

@@ -274,7 +274,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     rows = request.rows
     rows_p = round_up(rows, 8)
     stream = tile_stream(shard, g.bank_bytes, g.num_banks, target.mxu_size)
-    ring = ring_layout(stream, target.mxu_size)
+    ring = ring_layout(stream)
     top_k = {name: st.layer.node(name).op.top_k for st, ss in zip(model.stacks, shard.stacks)
              for name, *_ in ss.experts}
     experts = expert_streams(shard, rows, top_k, g.expert_slots, g.slot_chunks)

@@ -18,16 +18,16 @@ from megakernel.compiler.weight_stream import Tile
 from megakernel.errors import PlanningError
 
 
-def _quantized_tiles(p, bank: int) -> tuple[tuple[Tile, ...], int, int]:
+def _quantized_tiles(p, bank: int, mxu: int = 0) -> tuple[tuple[Tile, ...], int, int]:
     """(tiles, DMA bytes, weight elements) of quantized weight ``p``: row blocks
     of codes on whole scale groups (the first legal cut, ``row_blocks``, whose
     tiles fit a bank), each bringing its scales (``Tile.scale_view``) under
     its own flat index. Per-channel scales (one row) come with every row
-    block of their columns."""
+    block of their columns. ``mxu``: as ``tile_matrix``'s ``min_cols``."""
     rows, cols = p.shape[-2:]
     err = None
     for quantum, most in row_blocks(p.format, rows):
-        key = (p.name, rows, cols, p.dtype, bank, "weight", quantum, most)
+        key = (p.name, rows, cols, p.dtype, bank, "weight", quantum, most, mxu)
         try:
             _totals(*key)                  # every tile fits a bank
         except PlanningError as e:         # this cut's smallest tile outgrows the bank

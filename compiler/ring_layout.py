@@ -97,14 +97,14 @@ class RingLayout:
         return 0 if aligned(tile) else 1 + self.aux.index(_aux_shape(tile))
 
 
-def ring_layout(stream, mxu: int = 0) -> RingLayout:
-    """The banks for ``stream``'s tiles; ``mxu``: the target's MXU width in
-    columns (``Target.mxu_size``), the narrowest column piece worth a matmul."""
+def ring_layout(stream) -> RingLayout:
+    """The banks for ``stream``'s tiles, at least ``stream.mxu`` columns wide
+    (the target's MXU width, the narrowest column piece worth a matmul)."""
     # One tile of each shape: a layer's tiles repeat shapes, the head's all but one.
     every = [t for st in stream.stacks for t in st.tiles] + list(stream.head)
     tiles = list({(t.rows, t.cols, t.dtype, t.format): t for t in every}.values())
     main = [t for t in tiles if aligned(t)] or tiles
-    rows, cols = _bank_rows_cols({t.words for t in main}, mxu)
+    rows, cols = _bank_rows_cols({t.words for t in main}, stream.mxu)
     scale_views = [t.scale_view for t in tiles if t.scale_view]
     aux = tuple(dict.fromkeys([_aux_shape(t) for t in tiles if not aligned(t)] + scale_views))
     layout = RingLayout(stream.num_banks, rows, cols, aux, 1, scales=bool(scale_views))

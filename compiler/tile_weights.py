@@ -53,7 +53,7 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int,
                 mine = tile_matrix(*key)
                 nbytes, elements = _totals(*key)
             else:
-                mine, nbytes, elements = _quantized_tiles(p, bank_bytes)
+                mine, nbytes, elements = _quantized_tiles(p, bank_bytes, mxu)
             q = () if p.format == "plain" else ((p.format, elements),)
             if nodes and nodes[-1].node == node:
                 n = nodes[-1]
@@ -72,7 +72,7 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int,
     nbytes, elements = _totals(*key)
     block = head[0].cols
     return WeightStream(bank_bytes, num_banks, tuple(stacks), head, offset, block, nbytes,
-                        elements)
+                        elements, mxu)
 
 
 def _run_tiles(st, tiles) -> tuple[tuple[int, int, int, int], ...]:

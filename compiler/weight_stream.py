@@ -164,6 +164,9 @@ class WeightStream:
     head_block: int      # logits columns produced per head block
     head_bytes: int
     head_elements: int
+    # The MXU width (columns) the tiles were cut for (tile_weights.tile_stream),
+    # the narrowest bank the ring lays out (ring_layout); 0: not considered.
+    mxu: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
 
     @property
     def total(self) -> int:
