@@ -25,5 +25,3 @@ def test_zoo_plan_banks_are_as_wide_as_the_mxu():
     plan = plan_model(zoo.model("qwen3-32b"), devices=8)
     ring = plan.memory.ring
     assert plan.target.mxu_size == 256 and ring.bank_cols % 256 == 0, ring
-    # the ring stays within the VMEM budget the planner checked
-    assert plan.memory.vmem_total <= plan.target.vmem_budget
