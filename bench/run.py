@@ -126,12 +126,14 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
                plan_vmem_bytes=plan.memory.vmem_total, plan_digest=plan.digest(),
                # recurrent state (Gated DeltaNet) read and written whole each step, per core
                modeled_state_bytes_per_step=sum(s.bytes_per_step for s in plan.memory.states))
-    from megakernel.compiler.floors import floors, modeled_compute_ms
+    from megakernel.compiler.floors import floors, modeled_compute_parts
 
     fl = floors(plan)
+    mxu_ms, overhead_ms = modeled_compute_parts(c)
     rec.update(modeled_hbm_sustained_floor_ms=fl.hbm_sustained_ms, modeled_core_floor_ms=fl.core_ms,
                modeled_latency_floor_ms=fl.latency_ms, modeled_binding_floor=fl.binding,
-               modeled_binding_efficiency=fl.efficiency, modeled_compute_ms=modeled_compute_ms(c))
+               modeled_binding_efficiency=fl.efficiency, modeled_compute_ms=mxu_ms + overhead_ms,
+               modeled_mxu_ms=mxu_ms, modeled_overhead_ms=overhead_ms)
     forms = sorted({g.geometry.form for g in plan.memory.geometries if g.library == "mla"})
     if forms:
         rec["mla_form"] = "/".join(forms)

@@ -40,18 +40,50 @@ def _vmem(compiled, plan) -> str:
     return f"{_mib(compiled)}/{_mib(plan)} ({(compiled - plan) / 2**20:+.2f})"
 
 
-def _core_work(r) -> str:
-    """libtpu's core work, and its busy part (without the DMA waits, which the
-    cost model keeps on its HBM side, not its compute side: a MoE layer's
-    routed experts are fetched after routing and waited for at the full HBM
-    rate); flagged where the busy part differs from the modeled compute by
-    more than 15%."""
+DIFFERS = 0.15      # busy core work and modeled compute further apart than this are flagged
+# libtpu's units that are not a weight push: the cost model's per-op and
+# per-tile overheads stand for them (floors.modeled_compute_parts)
+OTHER_UNITS = (("mxu_stream", "streaming"), ("vector", "vector"), ("cross_lane", "cross-lane"),
+               ("scalar", "scalar"), ("dma_issue", "DMA issue"))
+
+
+def _unit_ms(r) -> dict:
+    """libtpu's core work per unit, in ms."""
     cycles = r.get("core_work_cycles") or {}
     total = sum(cycles.values())
-    busy = r["core_work_ms"] * (1 - cycles.get("stall", 0) / total) if total else r["core_work_ms"]
-    ratio = busy / r["modeled_compute_ms"]
+    return {u: r["core_work_ms"] * c / total for u, c in cycles.items()} if total else {}
+
+
+def _busy(r) -> float:
+    """Core work without the DMA waits (stalls), which the cost model keeps on its
+    HBM side, not its compute side: a MoE layer's routed experts are fetched
+    after routing and waited for at the full HBM rate."""
+    return r["core_work_ms"] - _unit_ms(r).get("stall", 0.0)
+
+
+def _differs(r) -> bool:
+    return abs(_busy(r) / r["modeled_compute_ms"] - 1) > DIFFERS
+
+
+def _core_work(r) -> str:
+    """libtpu's core work and its busy part, flagged where the busy part
+    differs from the modeled compute by more than 15%."""
+    busy = _busy(r)
     return (f"{r['core_work_ms']:.3f} (busy {busy:.3f}"
-            + (f", x{ratio:.2f} DIFFERS)" if abs(ratio - 1) > 0.15 else ")"))
+            + (f", x{busy / r['modeled_compute_ms']:.2f} DIFFERS)" if _differs(r) else ")"))
+
+
+def why_differs(r) -> str:
+    """Where a flagged row's busy core work and modeled compute part: the
+    pushes against the modeled MXU time, and the rest of the busy work by unit
+    against the modeled overheads that stand for it."""
+    ms = _unit_ms(r)
+    push, mxu, over = ms.get("mxu_push", 0.0), r["modeled_mxu_ms"], r["modeled_overhead_ms"]
+    other = sum(ms.get(u, 0.0) for u, _ in OTHER_UNITS)
+    parts = ", ".join(f"{name} {ms.get(u, 0.0):.3f}" for u, name in OTHER_UNITS)
+    return (f"{r['model']}/{r['cores']}: {_busy(r) - r['modeled_compute_ms']:+.3f} = pushes "
+            f"{push - mxu:+.3f} ({push:.3f} against MXU {mxu:.3f}) + the rest "
+            f"{other - over:+.3f} ({parts} against overheads {over:.3f})")
 
 
 class _Cells:
@@ -193,6 +225,12 @@ def render(records: list[dict], summary: dict) -> str:
                                "ms modeled" for r in fallback) + ").")
     for why, stages in sorted(skips.items()):
         out.append(f"'-' ({', '.join(sorted(stages))}): {why}")
+    why = [why_differs(r) for r in records if "core_work_ms" in r and "modeled_mxu_ms" in r
+           and not r.get("errors", {}).get("profile") and _differs(r)]
+    if why:
+        out.append("compute DIFFERS, by unit (ms, libtpu busy - modeled; docs/floors.md says "
+                   "why per row):")
+        out += [f"  {w}" for w in why]
     if notes:
         out.append("Errors:")
         out += [f"  [{i}] {n}" for i, n in enumerate(notes, 1)]

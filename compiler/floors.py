@@ -128,7 +128,17 @@ def floors(plan) -> Floors:
                   tuple(sorted(by_fmt.items())))
 
 
+def modeled_compute_parts(cost) -> tuple[float, float]:
+    """(MXU ms, overhead ms): the cost model's compute side of one step split
+    into MXU time (weight loads at the calibrated push rate) and its per-op and
+    per-tile overheads, each over every phase times its runs. The overheads
+    stand for all the core work that is not a weight push (streaming results,
+    vector, cross-lane and scalar work), which libtpu's schedule splits by unit."""
+    mxu = sum(p.mxu_s * p.per_step for p in cost.phases) * 1e3
+    return mxu, sum(p.overhead_s * p.per_step for p in cost.phases) * 1e3
+
+
 def modeled_compute_ms(cost) -> float:
     """The cost model's compute side of one step (MXU time + per-op and per-tile
     overheads of every phase, times its runs): what libtpu's core work checks."""
-    return sum((p.mxu_s + p.overhead_s) * p.per_step for p in cost.phases) * 1e3
+    return sum(modeled_compute_parts(cost))
