@@ -27,6 +27,7 @@ COMMAND = "megakernel calibrate"
 # Shapes of the micro-kernels (calibrate_kernels.py): the slopes below divide by them.
 KDIM, SMALL_N, LARGE_N, ROWS_SMALL, ROWS_LARGE, N_ROWS = 2048, 1024, 2048, 1024, 2048, 1024
 TILES_SMALL, TILES_LARGE = 8, 16
+RING_ROWS, RING_COLS = 640, 3072      # calibrate_kernels.ring_piece's tiles
 DMA_SMALL, DMA_LARGE = 4 * 2**20, 8 * 2**20
 MATMUL_DTYPES = ("bfloat16", "float32", "float8_e4m3fn", "int8", "int4")
 _SRC = "libtpu static profile, "
@@ -89,6 +90,13 @@ def derive(measured: dict, bf16_flops: float) -> dict:
     if isinstance(measured.get("tiles"), list):
         put("tile_overhead_s", _slope(measured, "tiles") / (TILES_LARGE - TILES_SMALL) / clock,
             "s", "per streamed 4 KiB tile: wait, issue of the next, its add (serial)")
+    for key, cycles in sorted(measured.items()):
+        if key.startswith("ring_piece.") and isinstance(cycles, list):
+            width = key.removeprefix("ring_piece.")
+            put(f"ring_piece_weights_per_cycle.{width}",
+                (TILES_LARGE - TILES_SMALL) * RING_ROWS * RING_COLS / _slope(measured, key),
+                "weight/cycle", f"ring tiles [{RING_ROWS}, {RING_COLS}] bf16 in {width}-column "
+                "pieces, each its own DMA waited before its matmuls (calibrate_kernels.ring_piece)")
     if isinstance(measured.get("dma"), list):
         put("dma_bytes_per_cycle", (DMA_LARGE - DMA_SMALL) / _slope(measured, "dma"),
             "B/cycle", "one HBM->VMEM DMA, 4->8 MiB (the profile's own HBM rate)")

@@ -22,7 +22,7 @@ from megakernel.compiler.layout import mib
 from megakernel.compiler.plan_memory import Geometry, kv_tile_options, plan_memory
 from megakernel.compiler.schedule_collectives import schedule_collectives
 from megakernel.compiler.ring_layout import ring_layout
-from megakernel.compiler.tile_weights import chunk_options, tile_stream
+from megakernel.compiler.tile_weights import chunk_options, piece_cols, tile_stream
 from megakernel.errors import PlanningError
 
 KiB, MiB = 2**10, 2**20
@@ -60,7 +60,7 @@ class _Search:
         """Declared bytes of the ring for ``g`` (linear in the bank count)."""
         if g.bank_bytes not in self.per_bank:
             layout = ring_layout(tile_stream(self.shard, g.bank_bytes, 2,
-                                             self.target.mxu_size))
+                                             piece_cols(self.shard, self.target)))
             self.per_bank[g.bank_bytes] = layout.nbytes // 2
         return g.num_banks * self.per_bank[g.bank_bytes]
 

@@ -27,7 +27,8 @@ from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectiveSpec
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
-from megakernel.compiler.tile_weights import ExpertStream, WeightStream, expert_streams, tile_stream
+from megakernel.compiler.tile_weights import (ExpertStream, WeightStream, expert_streams, piece_cols,
+                                              tile_stream)
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import Model
 from megakernel.ir.types import APPEND, WHOLE
@@ -273,7 +274,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     points = program_points(model, shard)
     rows = request.rows
     rows_p = round_up(rows, 8)
-    stream = tile_stream(shard, g.bank_bytes, g.num_banks, target.mxu_size)
+    stream = tile_stream(shard, g.bank_bytes, g.num_banks, piece_cols(shard, target))
     ring = ring_layout(stream)
     top_k = {name: st.layer.node(name).op.top_k for st, ss in zip(model.stacks, shard.stacks)
              for name, *_ in ss.experts}

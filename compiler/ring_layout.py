@@ -40,18 +40,20 @@ def _bank_rows_cols(shapes, mxu: int = 0) -> tuple[int, int]:
     """[rows, cols] of one main bank, in words, for tiles of word ``shapes``:
     pick the column width that makes the bank smallest once wider tiles are
     folded (ties: wider, fewer DMAs). A column piece is one matmul's output
-    width, so no width narrower than the MXU (``mxu`` columns) is taken where
-    a tile is at least that wide: libtpu's static schedule of qwen3-32b on 8
-    cores (2 layers) put 128-column pieces of its 640 x 3200 tiles at 517,599
-    core cycles, 341,586 of them MXU streaming, against 204,631 (37,544) for
-    256-column pieces (docs/floors.md). The candidates are then multiples
-    of the MXU width, and the widest tile's width (nothing folded)."""
+    width, and each piece waits for its own DMA, so it must keep every MXU of
+    the core busy: no width narrower than ``mxu`` columns
+    (``Target.piece_cols``, 512 on TPU7x) is taken where a tile is at least
+    that wide. libtpu's static schedule of qwen3-32b on 8 cores (2 layers)
+    put 128-column pieces at 517,599 core cycles, 256-column ones at 204,631
+    and 512-column ones at 145,048; llama-3.2-1b on one core 442,058 at 256
+    and 245,614 at 512 (docs/floors.md). The candidates are then multiples
+    of that width, and the widest tile's width (nothing folded)."""
     def rows_for(width):
         return max(rows * -(-cols // width) for rows, cols in shapes)
 
     widest = max(cols for _, cols in shapes)
     widths = {cols for _, cols in shapes}
-    if mxu and widest >= mxu:        # whole MXU widths, or no folding at all
+    if mxu:                          # whole MXU widths, or no folding at all
         widths = set(range(mxu, widest + 1, mxu)) | {widest}
     best = min(sorted(widths), key=lambda w: (rows_for(w) * w, -w))
     return rows_for(best), best

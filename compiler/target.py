@@ -162,6 +162,18 @@ class Target:
     vmem_reserve: int = DEFAULT_VMEM_RESERVE
     constants: CostConstants = field(default_factory=CostConstants.default)
     fp8_flops: float = 0.0   # per TensorCore; 0: no float8 MXU operands (pltpu)
+    num_mxus: int = 1        # MXUs per TensorCore, each mxu_size columns wide
+
+    @property
+    def piece_cols(self) -> int:
+        """The narrowest column piece of a ring tile worth one matmul: as wide as
+        every MXU of the core side by side. A piece's matmuls sit between the
+        waits for its own DMA, so they cannot overlap the next piece's, and a
+        narrower piece leaves MXUs idle. Measured (calibration.json
+        ``ring_piece_weights_per_cycle``, libtpu 0.0.51): on TPU7x's two
+        256-column MXUs, 256-column pieces load 901 weights a cycle, 512-column
+        ones 1,817, 1,024-column ones 1,960."""
+        return self.mxu_size * self.num_mxus
 
     @property
     def cores(self) -> int:
@@ -223,4 +235,4 @@ def make_target(chip: str = "tpu7x", cores: int = 1, *,
                   sublanes=info.num_sublanes, mxu_size=info.mxu_column_size,
                   topology=make_topology(chip, cores), vmem_reserve=vmem_reserve,
                   constants=constants or CostConstants.default(),
-                  fp8_flops=float(info.fp8_ops_per_second))
+                  fp8_flops=float(info.fp8_ops_per_second), num_mxus=info.num_mxus)

@@ -35,6 +35,24 @@ from megakernel.compiler.weight_stream import (NodeTiles, StackStream, StreamEnt
 from megakernel.errors import PlanningError
 
 
+def piece_cols(shard: ShardPlan, target) -> int:
+    """The narrowest column piece the ring's tiles are cut for (``tile_stream``'s
+    ``mxu``): ``target.piece_cols`` (every MXU of the core side by side) where
+    at least half the layers' streamed weight elements are in weights that
+    wide, else ``target.mxu_size``. Cutting narrower weights as if that wide
+    takes them fewer rows per tile, so a model of mostly narrow weights would
+    stream twice the tiles for pieces it cannot widen (the drawn and tiny
+    models; at full size every zoo card's weights are mostly wide)."""
+    wide = every = 0
+    for st in shard.stacks:
+        for p in st.params:
+            if p.channel == "ring" and not p.scale_of:
+                n = p.shape[0] * p.shape[1] * st.reps(p.name)
+                every += n
+                wide += n if p.shape[1] >= target.piece_cols else 0
+    return target.piece_cols if every and 2 * wide >= every else target.mxu_size
+
+
 def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int,
                 mxu: int = 0) -> WeightStream:
     """The ring's tiles of every streamed weight for banks of ``bank_bytes``;

@@ -23,6 +23,8 @@ from megakernel import formats       # no jax: the profile flags must precede it
 MiB = 2**20
 M_DECODE = 8          # LHS rows at decode (one sublane tile)
 KDIM = 2048           # contracting size of the matmul probes
+RING_ROWS, RING_COLS = 640, 3072   # a ring tile of the piece probes (qwen3-32b/8's are 640 x 3200)
+RING_WIDTHS = (256, 512, 1024)     # piece widths probed: one MXU, two, four
 QUANTIZED = tuple(f.name for f in formats.FORMATS.values() if not f.plain)
 
 
@@ -167,6 +169,53 @@ def tiles(count: int, rows: int = 8):
                  any_input=True), ("hbm", (count, rows, 128))
 
 
+def ring_piece(width: int, count: int, rows: int = RING_ROWS, cols: int = RING_COLS):
+    """``count`` bf16 tiles [rows, cols] streamed HBM -> VMEM as the weight ring
+    streams them: each folded into ``width``-column pieces, a DMA and a
+    semaphore per piece, 4 banks with 3 tiles in flight; each piece waited for,
+    then multiplied in ``runtime.matmul_ref``'s row chunks. The waits order
+    the pieces, so one piece's matmuls cannot overlap the next's: the
+    rate per piece width tells how wide a piece must be to keep the core's
+    MXUs busy (``Target.piece_cols``)."""
+    jax, jnp, pl, pltpu = _jax()
+    from megakernel.backends.pallas_tpu.runtime import chunk_rows
+
+    banks, ahead, word_rows = 4, 3, rows // 2
+    widths = [min(width, cols - c) for c in range(0, cols, width)]
+
+    def kernel(h_ref, o_ref, x_ref, bank, sem, y_ref):
+        def copies(i):
+            return [pltpu.make_async_copy(
+                h_ref.at[i, :, pl.ds(p * width, w)],
+                bank.at[i % banks, pl.ds(p * word_rows, word_rows), pl.ds(0, w)],
+                sem.at[i % banks, p]) for p, w in enumerate(widths)]
+
+        for i in range(ahead):
+            for cp in copies(i):
+                cp.start()
+        x = x_ref[...].astype(jnp.bfloat16)
+        for i in range(count):
+            if i + ahead < count:
+                for cp in copies(i + ahead):
+                    cp.start()
+            for p, (cp, w) in enumerate(zip(copies(i), widths)):
+                cp.wait()
+                step, acc = chunk_rows(rows, w, 2), 0.0
+                for r in range(0, rows, step):
+                    words = bank[i % banks, pl.ds(p * word_rows + r // 2, step // 2), pl.ds(0, w)]
+                    acc = acc + jnp.dot(x[:, r:r + step], pltpu.bitcast(words, jnp.bfloat16),
+                                        preferred_element_type=jnp.float32)
+                y_ref[:, pl.ds(p * width, w)] += acc
+        o_ref[...] = y_ref[0:8, 0:128]
+
+    return _call(kernel, ((8, 128), jnp.float32),
+                 [pltpu.VMEM((M_DECODE, rows), jnp.float32),
+                  pltpu.VMEM((banks, word_rows * len(widths), width), jnp.float32),
+                  pltpu.SemaphoreType.DMA((banks, len(widths))),
+                  pltpu.VMEM((M_DECODE, cols), jnp.float32)],
+                 any_input=True), ("hbm", (count, word_rows, cols))
+
+
 def dma(nbytes: int):
     """One HBM -> VMEM copy of ``nbytes``: the bytes per cycle the profile charges."""
     jax, jnp, pl, pltpu = _jax()
@@ -208,6 +257,7 @@ KERNELS = {
     "rope": _pair(rope, 1, 2),
     "argmax": _pair(argmax, 1, 2),
     "tiles": _pair(tiles, 8, 16),
+    **{f"ring_piece.{w}": _pair(lambda n, w=w: ring_piece(w, n), 8, 16) for w in RING_WIDTHS},
     "dma": _pair(dma, 4 * MiB, 8 * MiB),
 }
 

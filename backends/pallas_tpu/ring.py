@@ -208,25 +208,29 @@ class Stream:
         self._refill(s, k, j)
         return out
 
-    def consume_run(self, s, j, tile, step, fn):
-        """``consume`` for a traced tile index ``j`` of the (unlayered) head,
-        inside a run of tiles shaped like ``tile`` whose offsets advance by
-        ``step`` = (rows, cols) per tile: tile j is ``tile`` moved by j * step.
-        ``fn(pieces, r0, c0)`` gets tile j's row and column offsets too.
-        Starts tile j+R, which the caller guarantees lies in the same run.
-        Looping over such a run emits its DMA and matmul code once instead of
-        once per tile (the LM head is most of a model's tiles)."""
+    def consume_run(self, s, j, group, i, step, fn):
+        """``consume`` for a traced index ``j`` of the (unlayered) head, inside
+        a run of groups of tiles shaped like ``group`` (the row tiles of one
+        column block) whose column offsets advance by ``step`` = (rows, cols)
+        per group: tile i of group j is ``group[i]`` moved by j * step, at
+        flat index len(group) * j + i. ``fn(pieces, r0, c0)`` gets its row and
+        column offsets too. Starts the tile R flat places on, which the
+        caller guarantees lies in the same run. Looping over such a run emits
+        its DMA and matmul code once instead of once per tile (the LM head is
+        most of a model's tiles)."""
         if self.segments[s].layered:
             raise EmitError(f"a run of tiles is only rolled in the unlayered head, not in "
                             f"segment {s}", path="ring.consume_run")
-        flat = self.segments[s].offset + j
+        g, tile = len(group), group[i]
+        flat = self.segments[s].offset + g * j + i
         copies = self._run_copy(s, tile, step, j, flat)
         dsts = self._dsts(tile, self._slot(flat))
         pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
         out = fn(pieces, *_run_offsets(tile.r0, tile.c0, step, j))
-        for _ in pieces:
+        for _ in pieces:         # every DMA is waited for, whatever fn read
             pass
-        self._run_copy(s, tile, step, j + self.R, flat + self.R).start()
+        ahead, later = divmod(i + self.R, g)
+        self._run_copy(s, group[later], step, j + ahead, flat + self.R).start()
         return out
 
     def _run_copy(self, s, tile, step, j, flat):

@@ -219,18 +219,25 @@ def lm_head(stream, s, xn, logits_ref, valid, base, post=None):
         return best
 
     stream.begin(s, 0, 0, len(seg.tiles))
-    rolled, step = head_loop(seg.tiles, stream.banks.shape[2], stream.R)
+    rolled, step, group = head_loop(seg.tiles, stream.banks.shape[2], stream.R)
     best = None
     if rolled:
-        t0 = seg.tiles[0]
+        first = seg.tiles[:group]
         rows = xn.shape[0]
         init = (jnp.full((rows, 1), NEG_INF, jnp.float32), jnp.full((rows, 1), 2**30, jnp.int32))
 
         def body(j, best):
-            parts = stream.consume_run(s, j, t0, step, lambda p, r0, c0: use(p, t0, r0, c0))
+            # the group's row tiles add up to the same blocks, piece by piece
+            parts = None
+            for i, t in enumerate(first):
+                got = stream.consume_run(s, j, first, i, step,
+                                         lambda p, r0, c0, t=t: use(p, t, r0, c0))
+                parts = got if parts is None else [(key, a + b) for (key, a), (_, b)
+                                                   in zip(parts, got)]
             return reduce_parts(best, parts)
 
         best = jax.lax.fori_loop(0, rolled, body, init)
+        rolled *= group
 
     last = {}
     for j, t in enumerate(seg.tiles):
@@ -254,32 +261,40 @@ def head_blocks(t, bank_cols):
 
 
 def head_loop(tiles, bank_cols, num_banks):
-    """(n, step): lm_head loops over tiles[0:n]. They share tile 0's shape, sit
-    at tile 0's offsets plus j * step (rows, cols), each holds whole logits
-    blocks of its own, and tile j + num_banks (started by tile j) is one of
-    them too."""
+    """(n, step, group): lm_head loops over n groups of ``group`` tiles,
+    tiles[0:n * group]. A group is the row tiles of one column block (a
+    hidden size split over tiles where a whole column block does not fit a
+    bank; 1 where it does). Tile group * j + i has tile i's shape and sits at
+    tile i's offsets plus j * step (columns only); a group's tiles hold the
+    same whole logits blocks, no other tile does, and tile k + num_banks
+    (started by tile k) is in the loop too."""
     def keys(t):
         return head_blocks(t, bank_cols)
 
     if len(tiles) < 2:
-        return 0, (0, 0)
-    t0, t1 = tiles[0], tiles[1]
-    step = (t1.r0 - t0.r0, t1.c0 - t0.c0)
-    if step[0]:     # the loop moves along the vocabulary only
-        return 0, (0, 0)
+        return 0, (0, 0), 1
+    group = next((i for i, t in enumerate(tiles) if t.c0 != tiles[0].c0), len(tiles))
+    if group == len(tiles):
+        return 0, (0, 0), 1
+    step = (0, tiles[group].c0 - tiles[0].c0)
     owners = {}
-    for j, t in enumerate(tiles):
+    for k, t in enumerate(tiles):
         for key in keys(t):
-            owners.setdefault(key, set()).add(j)
+            owners.setdefault(key, set()).add(k)
     n = 0
-    for j, t in enumerate(tiles):
-        same = ((t.ref, t.rows, t.cols, t.bank) == (t0.ref, t0.rows, t0.cols, t0.bank)
-                and (t.r0, t.c0) == (t0.r0 + j * step[0], t0.c0 + j * step[1]))
-        # block starts index logits lanes, so they must stay lane aligned
-        if not (same and all(owners[k] == {j} and k[0] % 128 == 0 for k in keys(t))):
+    for j in range(len(tiles) // group):
+        members = set(range(j * group, (j + 1) * group))
+
+        def fits(i):
+            t, t0 = tiles[j * group + i], tiles[i]
+            return ((t.ref, t.rows, t.cols, t.bank) == (t0.ref, t0.rows, t0.cols, t0.bank)
+                    and (t.r0, t.c0) == (t0.r0, t0.c0 + j * step[1])
+                    # block starts index logits lanes, so they must stay lane aligned
+                    and all(owners[k] == members and k[0] % 128 == 0 for k in keys(t)))
+        if not all(fits(i) for i in range(group)):
             break
         n += 1
-    return max(n - num_banks, 0), step
+    return max((n * group - num_banks) // group, 0), step, group
 
 
 def ring_to_ref(stream, s, k, tiles, first, dst, transpose=False):

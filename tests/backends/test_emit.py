@@ -71,7 +71,10 @@ def test_a_periodic_stack_has_no_more_code_than_one_period():
     assert len(src) <= len(cut) + 8
     body = "\n".join(src)
     assert body.count("gdn_lib.step(") == 1 and body.count("attn_lib.attend(") == 1
-    assert body.count("rt.Tile(") == "\n".join(cut).count("rt.Tile(")
+    # no more tiles than the cut: the planner may give the cut other banks
+    # (it takes 2 MiB banks, whose head splits its
+    # contraction in three row tiles, where the full model's 4 MiB split it in two)
+    assert body.count("rt.Tile(") <= "\n".join(cut).count("rt.Tile(")
 
 
 def test_header_names_model_target_mesh_and_plan():
@@ -110,7 +113,7 @@ def _weights(model):
     return init_weights(model)
 
 
-@pytest.mark.parametrize("name,devices,loop", [("qwen3-32b", 8, 39), ("llama-3.2-1b", 1, 239)])
+@pytest.mark.parametrize("name,devices,loop", [("qwen3-32b", 8, 87), ("llama-3.2-1b", 1, 239)])
 def test_lm_head_loops_over_its_even_tiles(name, devices, loop, tmp_path):
     """The head's evenly stepped tiles are one fori_loop, not unrolled code: the
     AOT compile time of a big-vocabulary model depends on it."""
@@ -121,8 +124,8 @@ def test_lm_head_loops_over_its_even_tiles(name, devices, loop, tmp_path):
     plan = plan_model(model, devices=devices, batch=1, tokens=1)
     module = load.import_module(backend.compile_model(model, plan, tmp_path))
     head = module.SEGMENTS[-1]
-    n, _ = runtime.head_loop(head.tiles, module.BANK_SHAPE[2], module.NUM_BANKS)
-    assert n == loop and len(head.tiles) - n == module.NUM_BANKS + 1
+    n, _, group = runtime.head_loop(head.tiles, module.BANK_SHAPE[2], module.NUM_BANKS)
+    assert n * group == loop and len(head.tiles) - loop <= module.NUM_BANKS + group
 
 
 def declared_vmem(module) -> int:

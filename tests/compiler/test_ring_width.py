@@ -1,6 +1,7 @@
 """The weight ring's bank width: a column piece of a folded tile is the output
-width of one matmul, and libtpu schedules pieces narrower than the MXU far
-slower (compiler/ring_layout.py, docs/floors.md)."""
+width of one matmul, waited for on its own, and libtpu schedules pieces
+narrower than the core's MXUs side by side far slower (compiler/ring_layout.py,
+docs/floors.md)."""
 
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.ring_layout import _bank_rows_cols
@@ -21,7 +22,12 @@ def test_tiles_narrower_than_the_mxu_keep_their_width():
     assert _bank_rows_cols({(64, 128), (32, 128)}, mxu=256) == (64, 128)
 
 
-def test_zoo_plan_banks_are_as_wide_as_the_mxu():
-    plan = plan_model(zoo.model("qwen3-32b"), devices=8)
-    ring = plan.memory.ring
-    assert plan.target.mxu_size == 256 and ring.bank_cols % 256 == 0, ring
+def test_a_tile_narrower_than_every_mxu_is_not_folded():
+    assert _bank_rows_cols({(64, 256), (512, 128)}, mxu=512) == (512, 256)
+
+
+def test_zoo_plan_banks_are_as_wide_as_every_mxu():
+    for name, devices in (("qwen3-32b", 8), ("llama-3.2-1b", 1)):
+        plan = plan_model(zoo.model(name), devices=devices)
+        ring = plan.memory.ring
+        assert plan.target.piece_cols == 512 and ring.bank_cols % 512 == 0, (name, ring)
