@@ -45,8 +45,9 @@ def _bank_rows_cols(shapes, mxu: int = 0) -> tuple[int, int]:
     (``Target.piece_cols``, 512 on TPU7x) is taken where a tile is at least
     that wide. libtpu's static schedule of qwen3-32b on 8 cores (2 layers)
     put 128-column pieces at 517,599 core cycles, 256-column ones at 204,631
-    and 512-column ones at 145,048; llama-3.2-1b on one core 442,058 at 256
-    and 245,614 at 512 (docs/floors.md). The candidates are then multiples
+    and 512-column ones at 145,048 (tools/profile_cut.py, vocabulary 4,096;
+    the calibrated rates and the bench plans' before and after are in
+    docs/floors.md, "Ring pieces as wide as every MXU"). The candidates are then multiples
     of that width, and the widest tile's width (nothing folded)."""
     def rows_for(width):
         return max(rows * -(-cols // width) for rows, cols in shapes)
