@@ -27,10 +27,23 @@ COMMAND = "megakernel calibrate"
 # Shapes of the micro-kernels (calibrate_kernels.py): the slopes below divide by them.
 KDIM, SMALL_N, LARGE_N, ROWS_SMALL, ROWS_LARGE, N_ROWS = 2048, 1024, 2048, 1024, 2048, 1024
 TILES_SMALL, TILES_LARGE = 8, 16
-RING_ROWS, RING_COLS = 640, 3072      # calibrate_kernels.ring_piece's tiles
+# The ring-piece probes (calibrate_kernels.ring_piece): tiles of each piece
+# width, at two row counts, about RING_ROWS x RING_COLS weights each (qwen3-32b/8's
+# tiles are 640 x 3,200). Widths: every whole number of 128 lanes up to four
+# MXUs, and wider ones (whose row chunks shrink, runtime.chunk_rows).
+RING_ROWS, RING_COLS = 640, 3072
+RING_PIECE_ROWS = (640, 2560)
+RING_WIDTHS = (128, 256, 384, 512, 640, 768, 896, 1024, 1536, 2048)
 DMA_SMALL, DMA_LARGE = 4 * 2**20, 8 * 2**20
 MATMUL_DTYPES = ("bfloat16", "float32", "float8_e4m3fn", "int8", "int4")
 _SRC = "libtpu static profile, "
+
+
+def ring_cols(width: int, rows: int = RING_ROWS) -> int:
+    """Columns of the ring-piece probe's tiles of ``rows`` rows at piece
+    ``width``: a whole number of pieces (every piece ``width`` wide), the
+    tile near RING_ROWS x RING_COLS weights (4 banks of it fit VMEM)."""
+    return width * max(1, round(RING_ROWS * RING_COLS / rows / width))
 
 
 def _slope(measured: dict, name: str) -> float:
@@ -90,17 +103,35 @@ def derive(measured: dict, bf16_flops: float) -> dict:
     if isinstance(measured.get("tiles"), list):
         put("tile_overhead_s", _slope(measured, "tiles") / (TILES_LARGE - TILES_SMALL) / clock,
             "s", "per streamed 4 KiB tile: wait, issue of the next, its add (serial)")
-    for key, cycles in sorted(measured.items()):
-        if key.startswith("ring_piece.") and isinstance(cycles, list):
-            width = key.removeprefix("ring_piece.")
-            put(f"ring_piece_weights_per_cycle.{width}",
-                (TILES_LARGE - TILES_SMALL) * RING_ROWS * RING_COLS / _slope(measured, key),
-                "weight/cycle", f"ring tiles [{RING_ROWS}, {RING_COLS}] bf16 in {width}-column "
-                "pieces, each its own DMA waited before its matmuls (calibrate_kernels.ring_piece)")
+    for width in RING_WIDTHS:
+        keys = [f"ring_piece.{width}.{rows}" for rows in RING_PIECE_ROWS]
+        if all(isinstance(measured.get(k), list) for k in keys):
+            _ring_piece(put, width, [_slope(measured, k) for k in keys])
     if isinstance(measured.get("dma"), list):
         put("dma_bytes_per_cycle", (DMA_LARGE - DMA_SMALL) / _slope(measured, "dma"),
             "B/cycle", "one HBM->VMEM DMA, 4->8 MiB (the profile's own HBM rate)")
     return out
+
+
+def _ring_piece(put, width: int, slopes: list[float]) -> None:
+    """A piece's cycles as fixed + rows x width / rate, from the probe's cycles
+    per piece at the two row counts (each slope: TILES_LARGE - TILES_SMALL
+    more tiles)."""
+    r0, r1 = RING_PIECE_ROWS
+    per = [s / (TILES_LARGE - TILES_SMALL) / (ring_cols(width, r) // width)
+           for s, r in zip(slopes, RING_PIECE_ROWS)]
+    if per[1] <= per[0]:
+        raise PlanningError(f"ring piece {width}: {r1}-row pieces took {per[1]:.1f} cycles, "
+                            f"not more than {r0}-row ones ({per[0]:.1f})",
+                            path=f"calibration.measurements.ring_piece.{width}",
+                            hint=f"run `{COMMAND}` again")
+    rate = (r1 - r0) * width / (per[1] - per[0])
+    probe = (f"bf16 ring tiles in {width}-column pieces, each its own DMA waited before "
+             f"its matmuls, {r0} and {r1} rows (calibrate_kernels.ring_piece)")
+    put(f"ring_piece_weights_per_cycle.{width}", rate, "weight/cycle",
+        probe + ": cycles per piece over its weights, by rows")
+    put(f"ring_piece_cycles.{width}", per[0] - r0 * width / rate, "cycle",
+        probe + ": a piece's cycles that do not grow with its rows (wait, issue, result)")
 
 
 def write(path: Path, measured: dict, bf16_flops: float, *, chip: str, command: str,

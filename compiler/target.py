@@ -171,8 +171,9 @@ class Target:
         waits for its own DMA, so they cannot overlap the next piece's, and a
         narrower piece leaves MXUs idle. Measured (calibration.json
         ``ring_piece_weights_per_cycle``, libtpu 0.0.51): on TPU7x's two
-        256-column MXUs, 256-column pieces load 901 weights a cycle, 512-column
-        ones 1,817, 1,024-column ones 1,960."""
+        256-column MXUs, 256-column pieces load 1,038 weights a cycle, 512-column
+        ones 2,091, 1,024-column ones 2,061 (the cost model charges each piece
+        its width's rate and fixed cycles: compiler/piece_rates.py)."""
         return self.mxu_size * self.num_mxus
 
     @property

@@ -19,12 +19,11 @@ import json
 import sys
 
 from megakernel import formats       # no jax: the profile flags must precede its import
+from megakernel.compiler.calibration import RING_PIECE_ROWS, RING_WIDTHS, ring_cols
 
 MiB = 2**20
 M_DECODE = 8          # LHS rows at decode (one sublane tile)
 KDIM = 2048           # contracting size of the matmul probes
-RING_ROWS, RING_COLS = 640, 3072   # a ring tile of the piece probes (qwen3-32b/8's are 640 x 3200)
-RING_WIDTHS = (256, 512, 1024)     # piece widths probed: one MXU, two, four
 QUANTIZED = tuple(f.name for f in formats.FORMATS.values() if not f.plain)
 
 
@@ -169,19 +168,19 @@ def tiles(count: int, rows: int = 8):
                  any_input=True), ("hbm", (count, rows, 128))
 
 
-def ring_piece(width: int, count: int, rows: int = RING_ROWS, cols: int = RING_COLS):
+def ring_piece(width: int, count: int, rows: int):
     """``count`` bf16 tiles [rows, cols] streamed HBM -> VMEM as the weight ring
     streams them: each folded into ``width``-column pieces, a DMA and a
     semaphore per piece, 4 banks with 3 tiles in flight; each piece waited for,
-    then multiplied in ``runtime.matmul_ref``'s row chunks. The waits order
+    then multiplied in ``runtime.matmul_ref``'s row chunks (``cols``: ``calibration.ring_cols``). The waits order
     the pieces, so one piece's matmuls cannot overlap the next's: the
     rate per piece width tells how wide a piece must be to keep the core's
     MXUs busy (``Target.piece_cols``)."""
     jax, jnp, pl, pltpu = _jax()
     from megakernel.backends.pallas_tpu.runtime import chunk_rows
 
-    banks, ahead, word_rows = 4, 3, rows // 2
-    widths = [min(width, cols - c) for c in range(0, cols, width)]
+    banks, ahead, word_rows, cols = 4, 3, rows // 2, ring_cols(width, rows)
+    widths = [width] * (cols // width)
 
     def kernel(h_ref, o_ref, x_ref, bank, sem, y_ref):
         def copies(i):
@@ -202,8 +201,9 @@ def ring_piece(width: int, count: int, rows: int = RING_ROWS, cols: int = RING_C
                 cp.wait()
                 step, acc = chunk_rows(rows, w, 2), 0.0
                 for r in range(0, rows, step):
-                    words = bank[i % banks, pl.ds(p * word_rows + r // 2, step // 2), pl.ds(0, w)]
-                    acc = acc + jnp.dot(x[:, r:r + step], pltpu.bitcast(words, jnp.bfloat16),
+                    n = min(step, rows - r)
+                    words = bank[i % banks, pl.ds(p * word_rows + r // 2, n // 2), pl.ds(0, w)]
+                    acc = acc + jnp.dot(x[:, r:r + n], pltpu.bitcast(words, jnp.bfloat16),
                                         preferred_element_type=jnp.float32)
                 y_ref[:, pl.ds(p * width, w)] += acc
         o_ref[...] = y_ref[0:8, 0:128]
@@ -257,7 +257,8 @@ KERNELS = {
     "rope": _pair(rope, 1, 2),
     "argmax": _pair(argmax, 1, 2),
     "tiles": _pair(tiles, 8, 16),
-    **{f"ring_piece.{w}": _pair(lambda n, w=w: ring_piece(w, n), 8, 16) for w in RING_WIDTHS},
+    **{f"ring_piece.{w}.{r}": _pair(lambda n, w=w, r=r: ring_piece(w, n, r), 8, 16)
+       for w in RING_WIDTHS for r in RING_PIECE_ROWS},
     "dma": _pair(dma, 4 * MiB, 8 * MiB),
 }
 

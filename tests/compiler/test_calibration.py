@@ -79,13 +79,19 @@ def test_a_small_calibration_run_reproduces_the_table():
 def test_a_ring_piece_as_wide_as_every_mxu_runs_at_full_rate():
     """The ring's narrowest column piece is ``Target.piece_cols`` (every MXU of
     the core side by side) because pieces are ordered by their DMA waits: one
-    MXU wide runs at about half the rate (libtpu 0.0.51: 901 weights a cycle
-    at 256 columns, 1,817 at 512, 1,960 at 1,024)."""
+    MXU wide loads weights at half the rate, and a piece narrower than one MXU
+    pays ~10x the fixed cycles (libtpu 0.0.51: 1,038 weights a cycle at 256
+    columns, 2,091 at 512, 2,061 at 1,024; 230 fixed cycles at 128 columns, 24
+    at 512)."""
     cal = calibration.load()
     target = make_target("tpu7x")
     assert target.piece_cols == 2 * target.mxu_size == 512
 
     def rate(width):
         return cal.rate(f"ring_piece_weights_per_cycle.{width}")
+
+    def fixed(width):
+        return cal.rate(f"ring_piece_cycles.{width}")
     assert rate(target.mxu_size) < 0.55 * rate(target.piece_cols)
     assert rate(target.piece_cols) > 0.9 * rate(1024)
+    assert fixed(128) > 5 * fixed(target.piece_cols)
