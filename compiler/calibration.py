@@ -30,7 +30,7 @@ TILES_SMALL, TILES_LARGE = 8, 16
 # The ring-piece probes (calibrate_kernels.ring_piece): tiles of each piece
 # width, at two row counts, about RING_ROWS x RING_COLS weights each (qwen3-32b/8's
 # tiles are 640 x 3,200). Widths: every whole number of 128 lanes up to four
-# MXUs, and wider ones (whose row chunks shrink, runtime.chunk_rows).
+# MXUs, and wider ones (up to 2,048, whose 128 KiB row chunks still hold 32 rows).
 RING_ROWS, RING_COLS = 640, 3072
 RING_PIECE_ROWS = (640, 2560)
 RING_WIDTHS = (128, 256, 384, 512, 640, 768, 896, 1024, 1536, 2048)

@@ -178,7 +178,17 @@ def mib(nbytes: float) -> str:
 # suggests: qwen3.5-27b/8, with the same ring as qwen3-32b/8 (40-piece tiles
 # in 3.9 MiB banks), compiles 1.26 MiB of values to its 1.64 (-0.33 against
 # the plan); unexplained, inside the fit.
-WEIGHT_CHUNK_BYTES = 64 * 1024
+# Plain weights are multiplied in chunks of 128 KiB (128 rows of a 512-column
+# piece): libtpu's static schedule of 2-layer cuts (libtpu 0.0.51, 2026-12-05)
+# against 64 KiB: qwen3-32b/8 351,693 -> 313,830 cycles, llama-3.2-1b/1
+# 902,554 -> 879,349, phi-3-mini-4k/4 -3.5%, qwen3-8b/4 -1.9%, mistral-7b/8
+# -1.7%, olmo-2-7b/8 -1.1%; 32 KiB was worse. Compiled VMEM fell by 0.06-0.19
+# MiB (qwen3-32b/8, llama, qwen3-8b) and the AOT compile by a third (fewer
+# dots). A piece 2,048 wide still gets 32-row chunks. Quantized weights keep
+# 64 KiB of the dequantised dtype (DEQUANT_CHUNK_BYTES), the size their paths
+# were calibrated and fitted at (docs/formats.md).
+WEIGHT_CHUNK_BYTES = 128 * 1024
+DEQUANT_CHUNK_BYTES = 64 * 1024
 VALUES_BASE = 528 * 1024
 HOISTED_FRACTION = 0.13
 PIECE_BYTES = 16 * 1024

@@ -4,12 +4,12 @@ The ring folds a tile wider than its banks into column pieces, each its own
 DMA waited for just before its matmuls (``ring_layout``, ``runtime.Stream``).
 The waits order the pieces, so one piece's matmuls cannot overlap the next
 one's: a piece narrower than every MXU of the core side by side leaves some
-idle, and a piece wider than 1,024 columns is multiplied in smaller row
-chunks (``runtime.chunk_rows``). ``megakernel calibrate`` streams bf16
+idle, and a piece wider than 2,048 columns is multiplied in row chunks of
+fewer than 32 rows (``runtime.chunk_rows``). ``megakernel calibrate`` streams bf16
 tiles in pieces of each width at two row counts and fits a piece's cycles as
 fixed cycles (its wait, issue and result) plus its weights at a per-width
 rate (``ring_piece_cycles.{width}``, ``ring_piece_weights_per_cycle.{width}``;
-``calibrate_kernels.ring_piece``). A 128-column piece costs ~230 fixed
+``calibrate_kernels.ring_piece``). A 128-column piece costs ~260 fixed
 cycles, a 512-column one ~24 (libtpu 0.0.51).
 
 After ``mxu_elements``: a node's streamed tiles are counted as the bf16 weight
@@ -34,9 +34,9 @@ LANES = 128
 def piece_cycles(width: int, rows: int, cal=None) -> float:
     """Calibrated core cycles of one bf16 ring piece [rows, width] (width
     rounded up to whole lanes): its fixed cycles plus its weights at its
-    width's rate. Between two probed widths: the slower of their two rules (the
-    row chunk shrinks right past 1,024 columns); past the widest probed: the
-    widest's."""
+    width's rate. Between two probed widths: the slower of their two rules
+    (the rate is not monotone in width: 640 and 768 run slower than 512);
+    past the widest probed: the widest's."""
     cal = cal or calibration.load()
     w = -(-width // LANES) * LANES
     below = max((p for p in RING_WIDTHS if p <= w), default=RING_WIDTHS[0])

@@ -4,8 +4,8 @@ VMEM a row chunk at a time right before its dot.
 
 Used by the weight ring (``runtime.ring_linear``) and the expert slots
 (``moe.moe_routed``). A chunk is whole units and whole scale groups of about
-``WEIGHT_CHUNK_BYTES`` of the dequantised dtype, so the values Mosaic holds
-stay those of a plain weight chunk (``MemoryPlan.values_bytes``).
+``DEQUANT_CHUNK_BYTES`` of the dequantised dtype, so the values Mosaic holds
+stay within those of a plain weight chunk (``MemoryPlan.values_bytes``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from megakernel import formats, quantize
-from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
+from megakernel.compiler.layout import DEQUANT_CHUNK_BYTES
 
 
 def matmul(x, words, scales, fmt: str, dtype, dot, mxu: str | None = None):
@@ -35,7 +35,7 @@ def matmul(x, words, scales, fmt: str, dtype, dot, mxu: str | None = None):
     rows, cols = words.shape[0] * per, words.shape[1]
     quantum = f.row_quantum(rows)
     item = jnp.dtype(dtype).itemsize
-    step = max(min(rows, WEIGHT_CHUNK_BYTES // (cols * item)) // quantum * quantum, quantum)
+    step = max(min(rows, DEQUANT_CHUNK_BYTES // (cols * item)) // quantum * quantum, quantum)
     g = rows // scales.shape[0]
     acc = None
     for r in range(0, rows, step):
