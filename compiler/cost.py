@@ -132,8 +132,8 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
             rb, n_tiles = (mine.nbytes, mine.count) if mine else (0, 0)
             other = vec if i == 0 else 0
             ph = dict(ring_bytes=rb, other_bytes=other, floor_bytes=rb + other,
-                      flops=2.0 * rows_eff * (_mxu_elements(stream.tiles[mine.first:][:mine.count],
-                                                            mine, memory) if mine else 0),
+                      flops=2.0 * rows_eff * (_mxu_elements(
+                          stream.tiles[mine.first:mine.first + mine.count], memory) if mine else 0),
                       tiles=n_tiles, outstanding=ring,
                       overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
             cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
@@ -152,7 +152,7 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
                   overhead_s=c.op_overhead_s, outstanding=ring),
             Phase("lm_head", None, 1, ring_bytes=hb, floor_bytes=hb,
                   other_bytes=memory.rows_padded * shard.vocab_local * 4,
-                  flops=2.0 * rows_eff * _mxu_elements(head_tiles, None, memory),
+                  flops=2.0 * rows_eff * _mxu_elements(head_tiles, memory),
                   tiles=len(head_tiles), outstanding=ring,
                   overhead_s=len(head_tiles) * c.tile_overhead_s + c.op_overhead_s)]
     if collectives.specs:
@@ -162,18 +162,15 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
     return pre, stacks, head, rate
 
 
-def _mxu_elements(tiles, node_tiles, memory) -> float:
-    """bf16 one-dot weight elements as costly to the MXU as ``tiles`` (a node's,
-    ``node_tiles``, or the head's): plain bf16 ones at their pieces' calibrated
-    rate (``piece_rates``), quantized ones at their format's path
-    (``format_factor``), the rest at the one-dot rate."""
+def _mxu_elements(tiles, memory) -> float:
+    """bf16 one-dot weight elements as costly to the MXU as ``tiles`` (a node's
+    or the head's): plain bf16 ones at their pieces' calibrated cycles
+    (``piece_rates``), quantized ones at their format's path
+    (``format_factor``), other plain ones at the one-dot rate."""
     pieced = [t for t in tiles if t.format == "plain" and t.dtype == "bfloat16"]
-    quantized = node_tiles.quantized if node_tiles else tuple(
-        (t.format, t.elements) for t in tiles if t.format != "plain")
-    rest = (sum(t.elements for t in tiles) - sum(t.elements for t in pieced)
-            - sum(n for _, n in quantized))
-    return (piece_rates.mxu_elements(pieced, memory.ring, memory.rows_padded) + rest
-            + sum(format_factor(f) * n for f, n in quantized))
+    rest = sum(t.elements * format_factor(t.format) for t in tiles
+               if not (t.format == "plain" and t.dtype == "bfloat16"))
+    return piece_rates.mxu_elements(pieced, memory.ring, memory.rows_padded) + rest
 
 
 def _repetition(st, ss):

@@ -5,8 +5,8 @@ DMA waited for just before its matmuls (``ring_layout``, ``runtime.Stream``).
 The waits order the pieces, so one piece's matmuls cannot overlap the next
 one's: a piece narrower than every MXU of the core side by side leaves some
 idle, and a piece wider than 2,048 columns is multiplied in row chunks of
-fewer than 32 rows (``runtime.chunk_rows``). ``megakernel calibrate`` streams bf16
-tiles in pieces of each width at two row counts and fits a piece's cycles as
+fewer than 32 rows (``runtime.chunk_rows``). ``megakernel calibrate``
+streams bf16 tiles in pieces of each width at two row counts and fits a piece's cycles as
 fixed cycles (its wait, issue and result) plus its weights at a per-width
 rate (``ring_piece_cycles.{width}``, ``ring_piece_weights_per_cycle.{width}``;
 ``calibrate_kernels.ring_piece``). A 128-column piece costs ~260 fixed
@@ -27,8 +27,7 @@ import functools
 
 from megakernel.compiler import calibration
 from megakernel.compiler.calibration import RING_WIDTHS
-
-LANES = 128
+from megakernel.compiler.layout import LANES
 
 
 def piece_cycles(width: int, rows: int, cal=None) -> float:
@@ -46,14 +45,6 @@ def piece_cycles(width: int, rows: int, cal=None) -> float:
                for p in (below, above))
 
 
-def _widths(cols: int, aux: bool, bank_cols: int) -> list[int]:
-    """Column widths of the pieces a tile ``cols`` wide streams in (one, in an
-    auxiliary ring: ``ring_layout.RingLayout.pieces``)."""
-    if aux:
-        return [cols]
-    return [min(bank_cols, cols - c) for c in range(0, cols, bank_cols)]
-
-
 def mxu_elements(tiles, ring, rows: int, cal=None) -> float:
     """bf16 one-dot weight elements as costly as plain bf16 ``tiles`` streamed
     through ``ring`` with ``rows`` LHS rows: a piece's cycles are the larger of
@@ -66,8 +57,10 @@ def mxu_elements(tiles, ring, rows: int, cal=None) -> float:
     cycles = functools.lru_cache(None)(lambda w, r: piece_cycles(w, r, cal))
     out = 0.0
     # a layer's tiles repeat a few shapes, the head's all but one
-    for (t_rows, cols, aux), count in collections.Counter(
-            (t.rows, t.cols, bool(ring.bank_of(t))) for t in tiles).items():
-        for w in _widths(cols, aux, ring.bank_cols):
-            out += count * max(cycles(w, t_rows), 2.0 * rows * t_rows * w / fpc) * per_cycle
+    shapes = collections.Counter((t.rows, t.cols, t.view) for t in tiles)
+    first = {(t.rows, t.cols, t.view): t for t in reversed(tiles)}
+    for shape, count in shapes.items():
+        tile = first[shape]
+        for w in ring.piece_widths(tile):
+            out += count * max(cycles(w, tile.rows), 2.0 * rows * tile.rows * w / fpc) * per_cycle
     return out

@@ -93,7 +93,14 @@ class RingLayout:
 
     def pieces(self, tile) -> int:
         """Column pieces a tile is folded into (each its own DMA and semaphore)."""
-        return 1 if self.bank_of(tile) else -(-tile.words[1] // self.bank_cols)
+        return len(self.piece_widths(tile))
+
+    def piece_widths(self, tile) -> list[int]:
+        """Column widths (in the tile's columns) of the pieces ``tile`` streams
+        in: bank-wide ones and the rest; one, in an auxiliary ring."""
+        if self.bank_of(tile):
+            return [tile.cols]
+        return [min(self.bank_cols, tile.cols - c) for c in range(0, tile.cols, self.bank_cols)]
 
     def bank_of(self, tile) -> int:
         """0: the main banks; i > 0: auxiliary ring i - 1."""

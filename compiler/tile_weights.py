@@ -72,13 +72,12 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int,
                 nbytes, elements = _totals(*key)
             else:
                 mine, nbytes, elements = _quantized_tiles(p, bank_bytes, mxu)
-            q = () if p.format == "plain" else ((p.format, elements),)
             if nodes and nodes[-1].node == node:
                 n = nodes[-1]
                 nodes[-1] = NodeTiles(node, n.first, n.count + len(mine), n.nbytes + nbytes,
-                                      n.elements + elements, _merged(n.quantized + q))
+                                      n.elements + elements)
             else:
-                nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements, q))
+                nodes.append(NodeTiles(node, len(tiles), len(mine), nbytes, elements))
             tiles.extend(mine)
         runs = _run_tiles(st, tiles)
         stacks.append(StackStream(st.stack, st.start, st.count, st.period, offset, tuple(tiles),
@@ -108,10 +107,3 @@ def _run_tiles(st, tiles) -> tuple[tuple[int, int, int, int], ...]:
         out.append((first, t0, len(mine), c))
     return tuple(out)
 
-
-def _merged(pairs) -> tuple[tuple[str, int], ...]:
-    """(format, elements) pairs summed per format."""
-    out: dict[str, int] = {}
-    for fmt, n in pairs:
-        out[fmt] = out.get(fmt, 0) + n
-    return tuple(sorted(out.items()))

@@ -83,10 +83,6 @@ class NodeTiles:
     count: int
     nbytes: int
     elements: int
-    # (format, weight elements) of its quantized weights: each format's kernel
-    # path (dequant.matmul) has its own calibrated MXU rate
-    quantized: tuple[tuple[str, int], ...] = dataclasses.field(
-        default=(), metadata={OMIT_DEFAULT: True})
 
 
 @dataclass(frozen=True)

@@ -172,8 +172,9 @@ def ring_piece(width: int, count: int, rows: int):
     """``count`` bf16 tiles [rows, cols] streamed HBM -> VMEM as the weight ring
     streams them: each folded into ``width``-column pieces, a DMA and a
     semaphore per piece, 4 banks with 3 tiles in flight; each piece waited for,
-    then multiplied in ``runtime.matmul_ref``'s row chunks (``cols``: ``calibration.ring_cols``). The waits order
-    the pieces, so one piece's matmuls cannot overlap the next's: the
+    then multiplied in ``runtime.matmul_ref``'s row chunks (``cols``:
+    ``calibration.ring_cols``). The waits order the pieces, so one piece's
+    matmuls cannot overlap the next's: the
     rate per piece width tells how wide a piece must be to keep the core's
     MXUs busy (``Target.piece_cols``)."""
     jax, jnp, pl, pltpu = _jax()
