@@ -151,12 +151,14 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
                modeled_sync_slowdown=sync["strict"] / 1e3 / c.step_ms)
     done(rec)
 
-    from megakernel.backends import pallas_tpu as backend
+    from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
+    from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+    from megakernel.backends.pallas_tpu.codegen.load import compile_model
 
     tmp = tempfile.TemporaryDirectory(prefix=f"bench-{name}-") if out_dir is None else None
     kdir = Path(out_dir or tmp.name)
     try:
-        kernel = _stage(rec, "codegen", lambda: backend.compile_model(model, plan, kdir))
+        kernel = _stage(rec, "codegen", lambda: compile_model(model, plan, kdir))
         if kernel is None and _collective_unsupported(rec["errors"]["codegen"]):
             # The backend emits only some collective algorithms: build the kernel
             # from the plan restricted to them; the modeled columns stay the
@@ -169,12 +171,12 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
             rec.update(kernel_overrides=KERNEL_FALLBACK, kernel_plan_reason=first,
                        kernel_modeled_step_ms=plan.cost.step_ms,
                        kernel_plan_vmem_bytes=plan.memory.vmem_total)
-            kernel = _stage(rec, "codegen", lambda: backend.compile_model(model, plan, kdir))
+            kernel = _stage(rec, "codegen", lambda: compile_model(model, plan, kdir))
         done(rec)
         if not aot:
             rec["skipped"]["aot"] = aot_reason
         elif kernel is not None:
-            res = _stage(rec, "aot", lambda: backend.aot_compile(
+            res = _stage(rec, "aot", lambda: aot_compile(
                 kdir, plan, topology=aot_topology(devices)))
             if res is not None:
                 rec["compiled_vmem_bytes"] = res.vmem_used_bytes
@@ -199,11 +201,12 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
             return rec
         from megakernel.models.weights import init_weights
 
-        from megakernel.backends.pallas_tpu import load, trace
+        from megakernel.backends.pallas_tpu.codegen import load
+        from megakernel.backends.pallas_tpu.check import trace_dmas as trace
 
         weights = init_weights(model, seed=0)
         module = load.import_module(kernel)       # checked, traced and replayed as built
-        res = _stage(rec, "check", lambda: backend.check(model, plan, weights,
+        res = _stage(rec, "check", lambda: check_kernel(model, plan, weights,
                                                          steps=CHECK_STEPS, seed=0,
                                                          module=module))
         if res is not None:
@@ -241,7 +244,7 @@ def _profile_stage(rec, plan, devices, compiled) -> None:
     if not compiled:
         rec["skipped"]["profile"] = "static profile: the AOT compile did not succeed"
         return
-    from megakernel.backends.pallas_tpu.profile_kernel import profile
+    from megakernel.backends.pallas_tpu.aot.profile_kernel import profile
 
     work = _stage(rec, "profile", lambda: profile(plan, topology=aot_topology(devices)))
     if work is not None:
@@ -251,7 +254,7 @@ def _profile_stage(rec, plan, devices, compiled) -> None:
 
 def aot_topology(devices: int) -> str:
     """The smallest TPU7x topology with at least ``devices`` TensorCores."""
-    from megakernel.cli_args import TOPOLOGIES
+    from megakernel.cli.args import TOPOLOGIES
 
     return min((n, t) for t, n in TOPOLOGIES.items()
                if t.startswith("tpu7x:") and n >= max(devices, 8))[1]
@@ -277,7 +280,7 @@ def _stage(rec: dict, stage: str, fn):
 def _trace_bytes(plan, res) -> dict:
     """Bytes one traced step of the kernel moved on core 0 (trace mode, interpreter):
     HBM reads (the column), HBM writes, by kind, and the weights against the plan's."""
-    from megakernel.backends.pallas_tpu import trace
+    from megakernel.backends.pallas_tpu.check import trace_dmas as trace
 
     mine = [e for e in res.events if e.src_dev == 0 and e.dst_dev == 0]
     kinds: dict[str, int] = {}
@@ -299,14 +302,17 @@ def _trace_replay(model, plan, weights, kdir, traced) -> dict:
     """The step replayed from the megakernel's trace (``traced``) and from the
     trace of its synchronised-ops variant (``bench/replay.py``; modeled), with
     both timelines drawn for the chart model."""
-    from megakernel.backends import pallas_tpu as backend
-    from megakernel.backends.pallas_tpu import load, trace
+    from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
+    from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+    from megakernel.backends.pallas_tpu.codegen.load import compile_model
+    from megakernel.backends.pallas_tpu.codegen import load
+    from megakernel.backends.pallas_tpu.check import trace_dmas as trace
 
     from bench.replay import plan_compute, replay
     from bench.timeline import Expanded, plot
 
     def sync_trace():
-        path = backend.compile_model(model, plan, Path(kdir) / "sync", synchronised=True)
+        path = compile_model(model, plan, Path(kdir) / "sync", synchronised=True)
         return trace.trace_step(model, plan, weights, module=load.import_module(path))
 
     out = {}

@@ -141,5 +141,5 @@ class Operand:
     new_rows: str | None = None
     # A whole-access state's operand is read only too: the plan output holding
     # the call's updates (committed into the state after the call by its op
-    # kind's rule, backends/pallas_tpu/commit.py); None otherwise.
+    # kind's rule, backends/pallas_tpu/kernels/state_commit.py); None otherwise.
     updates: str | None = field(default=None, metadata={OMIT_DEFAULT: True})

@@ -1,7 +1,7 @@
 """The generated table of compute rates, measured with the real TPU compiler.
 
 ``megakernel calibrate`` AOT-compiles the micro-kernels of
-``backends/pallas_tpu/calibrate_kernels.py`` for one TPU7x TensorCore, reads
+``backends/pallas_tpu/aot/calibration_kernels.py`` for one TPU7x TensorCore, reads
 libtpu's static schedule of each (cycles, two sizes per kernel), and calls
 ``write``: ``derive`` turns the cycle pairs into rates, and the table, with
 the raw cycles and a header naming libtpu and the command, goes to

@@ -220,7 +220,7 @@ class _NodeCost:
         ``seconds`` waits for its windows and first tiles: the first
         sequence's were started a layer ahead; each later one's start when the
         previous sequence begins, so their latency shows where one sequence's
-        work is shorter (backends/pallas_tpu/attention.py, mla_cache.py)."""
+        work is shorter (backends/pallas_tpu/kernels/attention.py, mla_cache.py)."""
         batch = self.request.batch
         return (batch - 1) * max(0.0, self.target.constants.dma_latency_s - seconds / batch)
 

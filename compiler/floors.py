@@ -81,7 +81,7 @@ def _weights(plan) -> dict[str, int]:
 
     def add(dtype, fmt, n):
         # Quantized codes go through their format's kernel path
-        # (backends/pallas_tpu/dequant.py), calibrated per format with its
+        # (backends/pallas_tpu/kernels/dequant.py), calibrated per format with its
         # decode and scales: that is the rate they pay.
         key = dtype if fmt == "plain" else f"q.{fmt}"
         out[key] = out.get(key, 0) + n

@@ -87,7 +87,7 @@ SHARDING.register("gated_deltanet")(ShardRule(
 
 @BUFFERS.register("gated_deltanet")
 def _buffers(cx, node) -> OpLayout:
-    from megakernel.backends.pallas_tpu import gdn
+    from megakernel.backends.pallas_tpu.kernels import gdn
 
     op = node.op
     cores = cx.request.devices
@@ -109,7 +109,7 @@ def _updates(op, state: str, spec, layout, request, cores: int):
     for the recurrent state, per value head of this core, ``gdn.window`` rows
     (row i*T + t) of its key, delta-rule update and the call's log-decays
     summed up to the row."""
-    from megakernel.backends.pallas_tpu import gdn
+    from megakernel.backends.pallas_tpu.kernels import gdn
 
     w = gdn.window(request.tokens, request.steps)
     if state != "recurrent":
@@ -131,7 +131,7 @@ def _cost(cx, node, ph: dict) -> dict:
     update windows stored, and read back on a later step of a multi-step call:
     streaming bytes like the ring's) and the vector work (the library's count).
     The commit after the call is charged per call (cost.py)."""
-    from megakernel.backends.pallas_tpu import gdn
+    from megakernel.backends.pallas_tpu.kernels import gdn
 
     stream = next(s for s in cx.memory.states
                   if s.stack == cx.ss.stack and s.node == node.name)

@@ -7,7 +7,7 @@ keeps the whole latent cache: one replicated appended state per MLA layer.
 W_UK and W_UV are split by heads and streamed through the ring; the output is
 split by heads, so the output projection after it is row-parallel.
 
-The kernel has two forms (backends/pallas_tpu/mla.py); ``form_costs`` models
+The kernel has two forms (backends/pallas_tpu/kernels/mla.py); ``form_costs`` models
 both per layer and the buffer rule takes the cheaper, unless the request's
 ``mla_form`` override fixes it. Matmuls are charged as the rest of the cost
 model charges them: weight-push bound, at least ``mxu_push_rows`` LHS rows.
@@ -110,7 +110,7 @@ def _heads(ss, node) -> int:
 
 @BUFFERS.register("mla")
 def _buffers(cx, node) -> OpLayout:
-    from megakernel.backends.pallas_tpu import mla
+    from megakernel.backends.pallas_tpu.kernels import mla
 
     op, s = node.op, cx.ss.stack
     kv = next(x for x in cx.kv if x.stack == s and x.node == node.name)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, Need, OpGeometry, Space
 from megakernel.compiler.layout import padded_bytes, scratch_bytes, smem_bytes
-from megakernel.backends.pallas_tpu import attention, moe
+from megakernel.backends.pallas_tpu.kernels import attention
+from megakernel.backends.pallas_tpu.kernels import moe
 from megakernel.registry import Registry
 
 

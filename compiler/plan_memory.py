@@ -82,7 +82,7 @@ class StateStream:
     reads each repetition's slice from HBM into VMEM and stores the window of
     the call's updates to its output (``new.<state>``), which a later step of
     a multi-step call reads back; after the call the same jit commits the
-    updates into the state (backends/pallas_tpu/commit.py). ``part_bytes``:
+    updates into the state (backends/pallas_tpu/kernels/state_commit.py). ``part_bytes``:
     bytes of one repetition's slice of each part (a core's, as the kernel
     holds it); ``update_bytes``: one repetition's update windows, all parts."""
 

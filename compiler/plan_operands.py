@@ -9,12 +9,12 @@ split over the cores. Appended-row state (attention K/V, the MLA latent
 cache) is a read-only operand: the kernel returns each sequence's window of
 the call's new rows in an HBM output ``new.<cache>`` (after ``next_token``),
 written into the donated cache after the call in the same jit
-(backends/pallas_tpu/new_rows.py), because XLA copies every aliased operand
+(backends/pallas_tpu/kernels/appended_state.py), because XLA copies every aliased operand
 of a communicating kernel in and out around each call. Whole-access state
 (Gated DeltaNet's conv histories and recurrent state) is read only as well:
 the kernel returns the call's updates in a small HBM output ``new.<state>``
 whose shape its op kind's ``UPDATES`` rule gives, committed into the donated
-state after the call in the same jit (backends/pallas_tpu/commit.py).
+state after the call in the same jit (backends/pallas_tpu/kernels/state_commit.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ CONSTANTS.register("rope")(lambda op: {"inv_freq": op.inv_freq().astype(np.float
 # One rule per op kind owning whole-access state: (op, state name, its
 # StateSpec, its per-core layout of one layer, request, cores) -> (shape of one layer's
 # update output, dtype, note): what the kernel returns of the call for that
-# state (its commit after the call: backends/pallas_tpu/commit.py).
+# state (its commit after the call: backends/pallas_tpu/kernels/state_commit.py).
 UPDATES: Registry = Registry("state update output", "compiler/kind_<name>.py",
                              per_op_kind=False)
 

@@ -183,7 +183,7 @@ def _state_lines(plan: Plan, md: bool) -> list[str]:
         f"updates (the conv rows windows; per value head the key, delta-rule update "
         f"and summed log-decay of each row) are "
         f"stored to small outputs{back})",
-        f"commit after the call, in the same jit (backends/pallas_tpu/commit.py): "
+        f"commit after the call, in the same jit (backends/pallas_tpu/kernels/state_commit.py): "
         f"{_size(commit)} per core per call ({commit:,} bytes: each state read and written "
         "once, its updates read; the conv rows shifted in, the recurrent state "
         "exp(G) S_0 + K^T U~ in float32)"]

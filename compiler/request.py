@@ -31,7 +31,7 @@ class Overrides:
     allreduce: "one_shot" or "rs_ag" for every tensor-parallel all-reduce.
     embed: "vocab" (vocab-sharded table + all-reduce) or "replicated".
     mla_form: "absorbed" or "expanded" for every multi-head latent attention
-        (backends/pallas_tpu/mla.py); None: the cheaper by the cost model.
+        (backends/pallas_tpu/kernels/mla.py); None: the cheaper by the cost model.
     wire: "bfloat16" or "float32", the dtype the all-reduces' partials travel
         in; None: the model's activation dtype.
     """
@@ -145,7 +145,7 @@ def _check_stepped_state(model: Model, steps: int) -> None:
     """Every state-owning op's kind must carry its state across the steps of a
     call: its kernel library says so in ``STEPPING`` (a kind without a rule
     there is a MissingRuleError naming it)."""
-    from megakernel.backends.pallas_tpu.steps import STEPPING
+    from megakernel.backends.pallas_tpu.kernels.step_loop import STEPPING
 
     for st in model.stacks:
         for node in st.layer.nodes:

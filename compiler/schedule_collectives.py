@@ -171,7 +171,7 @@ def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
     # The activation dtype on the wire: a bf16 model's partials are rounded to
     # bf16 once (half the bytes of f32); measured on 40 drawn bf16 models on 2
     # and 4 cores, that keeps the logits within half the bf16 tolerance
-    # (backends/pallas_tpu/run.py, above TOL). f32 models keep f32.
+    # (backends/pallas_tpu/check/against_reference.py, above TOL). f32 models keep f32.
     wire = request.overrides.wire or dtype
     specs = [_allreduce(rows, hidden, wire, target, request.overrides.allreduce)]
     if request.overrides.logits == "argmax":

@@ -46,7 +46,7 @@ from megakernel.errors import IRError
 # Per output channel: one group spans the whole input dimension.
 WHOLE = 0
 # Codes whose values the MXU can take exactly as float8 e4m3 operands, each by
-# bitwise ops on the words (backends/pallas_tpu/dequant.py ``_float8``).
+# bitwise ops on the words (backends/pallas_tpu/kernels/dequant.py ``_float8``).
 FP8_CODES = ("float8_e4m3fn", "float4_e2m1fn", "int4")
 
 

@@ -13,16 +13,16 @@ then one line for each below.
 from megakernel.ir import kind_elementwise  # noqa: F401
 from megakernel.models import kind_elementwise as _models_elementwise  # noqa: F401
 from megakernel.compiler import kind_elementwise as _compiler_elementwise  # noqa: F401,E402
-from megakernel.backends.pallas_tpu import kind_elementwise as _pallas_elementwise  # noqa: F401,E402
+from megakernel.backends.pallas_tpu.codegen import kind_elementwise as _pallas_elementwise  # noqa: F401,E402
 from megakernel.ir import kind_gdn  # noqa: F401,E402
 from megakernel.models import kind_gdn as _models_gdn  # noqa: F401,E402
 from megakernel.compiler import kind_gdn as _compiler_gdn  # noqa: F401,E402
-from megakernel.backends.pallas_tpu import kind_gdn as _pallas_gdn  # noqa: F401,E402
+from megakernel.backends.pallas_tpu.codegen import kind_gdn as _pallas_gdn  # noqa: F401,E402
 from megakernel.ir import kind_norm_parts  # noqa: F401,E402
 from megakernel.models import kind_norm_parts as _models_norm_parts  # noqa: F401,E402
 from megakernel.compiler import kind_norm_parts as _compiler_norm_parts  # noqa: F401,E402
-from megakernel.backends.pallas_tpu import kind_norm_parts as _pallas_norm_parts  # noqa: F401,E402
+from megakernel.backends.pallas_tpu.codegen import kind_norm_parts as _pallas_norm_parts  # noqa: F401,E402
 from megakernel.ir import kind_mla  # noqa: F401,E402
 from megakernel.models import kind_mla as _models_mla  # noqa: F401,E402
 from megakernel.compiler import kind_mla as _compiler_mla  # noqa: F401,E402
-from megakernel.backends.pallas_tpu import kind_mla as _pallas_mla  # noqa: F401,E402
+from megakernel.backends.pallas_tpu.codegen import kind_mla as _pallas_mla  # noqa: F401,E402

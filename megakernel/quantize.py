@@ -32,7 +32,7 @@ kernel on each streamed tile, so both see the same bf16 weights.
 Formats the MXU takes as float8 (``Format.mxu == "fp8"``: fp8_b128, mxfp4,
 int4) are not dequantised: their words are a plain bitcast of the codes
 (``to_words``), the kernel feeds each group to the MXU as float8
-(backends/pallas_tpu/dequant.py) and multiplies the dot's output columns by
+(backends/pallas_tpu/kernels/dequant.py) and multiplies the dot's output columns by
 the group's scales, and the reference computes the same
 sum_g (x_g @ codes_g) * s_g (``models/reference.py`` ``ScaledCodes``): the
 products are exact in f32 either way, so only the order of f32 sums differs.

@@ -18,7 +18,7 @@ FLAG = "--xla_force_host_platform_device_count"
 _COUNT = re.compile(re.escape(FLAG) + r"=(\S*)")
 
 # What a user sets to get more devices. The pytest plugin replaces it with its
-# own options while it runs (megakernel/pytest_plugin.py).
+# own options while it runs (megakernel/testing/pytest_plugin.py).
 HOW_TO_ASK = (f"set XLA_FLAGS={FLAG}={{n}} and JAX_PLATFORMS=cpu in the environment "
               "before the process starts")
 

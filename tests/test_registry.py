@@ -8,7 +8,7 @@ from megakernel.registry import MissingRuleError, Registry
 
 
 def test_every_op_kind_has_every_rule():
-    import megakernel.backends.pallas_tpu.emit  # noqa: F401 - every stage's registry
+    import megakernel.backends.pallas_tpu.codegen.emit  # noqa: F401 - every stage's registry
     import megakernel.compiler.pipeline  # noqa: F401
     import megakernel.models.reference  # noqa: F401
     import megakernel.models.weights  # noqa: F401

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings, strategies as 
 
 from megakernel.ir.config import build
 from megakernel.ir.ops import OP_KINDS
-from megakernel.strategies import FEATURES
+from megakernel.testing.strategies import FEATURES
 from megakernel.testing import decode_cases, model_configs, model_graphs
 
 FEW = settings(max_examples=25, deadline=None, database=None,

@@ -18,8 +18,8 @@ import sys
 from hypothesis import strategies as st
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends import pallas_tpu as backend
-from megakernel.backends.pallas_tpu.run import Tolerances
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.against_reference import Tolerances
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.models.weights import init_weights
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
         plan = plan_model(model, devices=cores, batch=batch, tokens=tokens,
                           overrides={"wire": wire} if wire else None)
         try:
-            r = backend.check(model, plan, init_weights(model, seed=1), steps=2, seed=2)
+            r = check_kernel(model, plan, init_weights(model, seed=1), steps=2, seed=2)
         finally:
             pltpu.reset_tpu_interpret_mode_state()
         # the bound is Tolerances.logits x (1 + the logit scale)

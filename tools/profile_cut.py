@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from megakernel.backends.pallas_tpu import static_profile
+from megakernel.backends.pallas_tpu.aot import static_profile
 from megakernel.compiler.pipeline import plan_model
 from megakernel.errors import MegakernelError
 from megakernel.ir.config import build
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         try:
             got = static_profile.run_child(
-                "megakernel.backends.pallas_tpu.profile_kernel",
+                "megakernel.backends.pallas_tpu.aot.profile_kernel",
                 [str(plan_file), "tpu7x:2x2x1", str(card.num_layers), str(dump)], str(dump), 600)
         except MegakernelError as err:
             print(f"FAIL {time.perf_counter() - t0:.0f} s: {err}")

@@ -14,7 +14,7 @@ CASE = dict(model="tiny-dense", devices=2, batch=2, tokens=1)
 
 
 def render_case() -> str:
-    from megakernel.backends.pallas_tpu import emit
+    from megakernel.backends.pallas_tpu.codegen import emit
     from megakernel.compiler.pipeline import plan_model
     from megakernel.models import zoo
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
+from megakernel.backends.pallas_tpu.codegen.load import compile_model
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.xla_copies import xla_copies
 from megakernel.models import zoo
@@ -15,8 +16,8 @@ pytest.importorskip("libtpu")
 def test_compiles_for_tpu7x(name, devices, tmp_path):
     model = zoo.model(name)
     plan = plan_model(model, devices=devices, batch=2, tokens=1)
-    backend.compile_model(model, plan, tmp_path)
-    result = backend.aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")
+    compile_model(model, plan, tmp_path)
+    result = aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")
     assert result.vmem_used_bytes is not None and result.vmem_used_bytes > 0
     assert result.vmem_used_bytes <= result.vmem_limit_bytes
     # The plan's VMEM (declared buffers + Mosaic's values) is the compiler's, within 1 MiB.
@@ -42,6 +43,6 @@ def test_every_activation_compiles_for_tpu7x(tmp_path):
                                   256, activation=act.value, final_logit_softcap=30.0,
                                   max_seq_len=128))
         plan = plan_model(model, devices=1, batch=1, tokens=1)
-        backend.compile_model(model, plan, tmp_path / act.value)
-        result = backend.aot_compile(tmp_path / act.value, plan, topology="tpu7x:2x2x1")
+        compile_model(model, plan, tmp_path / act.value)
+        result = aot_compile(tmp_path / act.value, plan, topology="tpu7x:2x2x1")
         assert result.vmem_used_bytes is not None, act

@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
+from megakernel.backends.pallas_tpu.codegen.load import compile_model
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.ir.weight_kinds import Quantize
@@ -22,8 +23,8 @@ MIB = 2**20
 def _aot(model, devices, tmp_path):
     plan = plan_model(model, devices=devices, batch=1, tokens=1)
     out = tmp_path / f"{model.name}-{len(model.layers)}"
-    backend.compile_model(model, plan, out)
-    return _checked(plan, backend.aot_compile(out, plan, topology="tpu7x:2x2x1"))
+    compile_model(model, plan, out)
+    return _checked(plan, aot_compile(out, plan, topology="tpu7x:2x2x1"))
 
 
 def _checked(plan, result):
@@ -111,9 +112,9 @@ def test_mla_models_compile_at_full_size(name, devices, formats, form, tmp_path)
                       overrides={"mla_form": form} if form else None)
     assert {p.format for ss in plan.shard.stacks for p in ss.params} >= set(formats.values())
     out = tmp_path / name
-    backend.compile_model(model, plan, out)
+    compile_model(model, plan, out)
     topology = "tpu7x:2x2x2" if devices == 16 else "tpu7x:4x4x1"
-    result = backend.aot_compile(out, plan, topology=topology)
+    result = aot_compile(out, plan, topology=topology)
     assert result.vmem_used_bytes is not None
     assert result.vmem_used_bytes <= result.vmem_limit_bytes <= 64 * MIB, result.summary()
     assert abs(result.vmem_used_bytes - result.plan_vmem_bytes) <= MIB, result.summary()

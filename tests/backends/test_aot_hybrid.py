@@ -46,13 +46,14 @@ layout.scratch_bytes) and its values model charged 23 KiB per folded ring
 piece (40 here); 2.7 MiB high while it padded one-row arrays to 16 rows.
 
 With the Gated DeltaNet state read only and its updates committed in the jit
-(backends/pallas_tpu/commit.py, libtpu 0.0.51): XLA copies 4,104 bytes per
+(backends/pallas_tpu/kernels/state_commit.py, libtpu 0.0.51): XLA copies 4,104 bytes per
 core per call (the two one-element step scalars and next_token; was 36.7
 MiB while the state was aliased), the cost model's figure."""
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
+from megakernel.backends.pallas_tpu.codegen.load import compile_model
 from megakernel.compiler.pipeline import plan_model
 from megakernel.models import zoo
 
@@ -64,8 +65,8 @@ MIB = 2**20
 def _aot(model, tmp_path):
     plan = plan_model(model, devices=8, batch=1, tokens=1)
     out = tmp_path / f"{model.name}-{len(model.layers)}"
-    backend.compile_model(model, plan, out)
-    result = backend.aot_compile(out, plan, topology="tpu7x:2x2x1")
+    compile_model(model, plan, out)
+    result = aot_compile(out, plan, topology="tpu7x:2x2x1")
     assert result.vmem_used_bytes is not None
     assert result.vmem_used_bytes <= result.vmem_limit_bytes <= 64 * MIB, result.summary()
     return plan, result

@@ -3,7 +3,7 @@ only): Mosaic accepts the step loop (scalar stop rule, argmax VMEM -> SMEM,
 ring banks that depend on the step), and the copies XLA adds around a
 communicating kernel stay small: the KV caches are passed read only and the
 call's new rows written into them after the kernel, in the same jit
-(backends/pallas_tpu/new_rows.py), so no copy grows with the context or N.
+(backends/pallas_tpu/kernels/appended_state.py), so no copy grows with the context or N.
 
 Measured (libtpu 0.0.51): tiny-moe on 4 cores, batch 2, N=16: 4,100 bytes
 per core per call (the end id and next_token; was 1.51 MiB while the caches
@@ -14,7 +14,7 @@ of tests/backends/test_gdn_op.py (bf16, 2 cores, batch 2, N=4: Gated
 DeltaNet's state rebuilt each step from the state before the call and the
 call's update rows, a matmul of the window's keys and updates) compiles in
 2.9 s, VMEM 2.39 MiB compiled vs 2.76 MiB planned; its state is read only and
-its updates committed in the jit (backends/pallas_tpu/commit.py), so XLA
+its updates committed in the jit (backends/pallas_tpu/kernels/state_commit.py), so XLA
 copies 4,100 bytes per core per call (next_token and the end id), the cost
 model's figure (compiler/xla_copies.py, which --steps-per-call auto charges,
 compiler/choose_steps.py; 219,140 bytes while the states were aliased and
@@ -26,7 +26,8 @@ import dataclasses
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
+from megakernel.backends.pallas_tpu.codegen.load import compile_model
 from megakernel.compiler.pipeline import plan_model
 from megakernel.models import zoo
 
@@ -38,8 +39,8 @@ MIB = 2**20
 def _aot(model, devices, steps, tmp_path):
     plan = plan_model(model, devices=devices, batch=1, tokens=1, steps=steps)
     out = tmp_path / f"{model.name}-n{steps}"
-    backend.compile_model(model, plan, out)
-    return plan, backend.aot_compile(out, plan, topology="tpu7x:2x2x1")
+    compile_model(model, plan, out)
+    return plan, aot_compile(out, plan, topology="tpu7x:2x2x1")
 
 
 def _cache_bytes(plan) -> int:
@@ -67,8 +68,8 @@ def test_hybrid_steps_compile_and_copy_the_modeled_states(tmp_path):
     model = build(dataclasses.replace(HYBRID, dtype="bfloat16"))
     plan = plan_model(model, devices=2, batch=2, tokens=1, steps=4)
     out = tmp_path / "hybrid-n4"
-    backend.compile_model(model, plan, out)
-    res = backend.aot_compile(out, plan, topology="tpu7x:2x2x1")
+    compile_model(model, plan, out)
+    res = aot_compile(out, plan, topology="tpu7x:2x2x1")
     assert res.vmem_used_bytes <= res.vmem_limit_bytes, res.summary()
     # next_token and the step scalars only (the state is read only, its updates
     # committed in the jit): the cost model's copies (compiler/xla_copies.py)
@@ -101,7 +102,7 @@ def test_mla_steps_compile(tmp_path):
     model = mla("bfloat16")
     plan = plan_model(model, devices=2, batch=2, tokens=1, steps=4)
     out = tmp_path / "mla-n4"
-    backend.compile_model(model, plan, out)
-    res = backend.aot_compile(out, plan, topology="tpu7x:2x2x1")
+    compile_model(model, plan, out)
+    res = aot_compile(out, plan, topology="tpu7x:2x2x1")
     assert res.vmem_used_bytes <= plan.memory.vmem_total, res.summary()
     assert res.copy_bytes <= MIB and plan.cost.copy_bytes == res.copy_bytes, res.summary()

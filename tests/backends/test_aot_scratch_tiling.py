@@ -17,7 +17,7 @@ pytest.importorskip("libtpu")
 
 
 def _vmem_used(shape, dtype, copies: int) -> int:
-    from megakernel.backends.pallas_tpu.aot import scoped_vmem, topology_mesh
+    from megakernel.backends.pallas_tpu.aot.tpu_compile import scoped_vmem, topology_mesh
 
     def kernel(x_hbm, o_hbm, *rest):
         scratch, sem = rest[:-1], rest[-1]

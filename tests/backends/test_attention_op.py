@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu import attention as A, new_rows
-from megakernel.backends.pallas_tpu.declare import allocation
+from megakernel.backends.pallas_tpu.kernels import attention as A
+from megakernel.backends.pallas_tpu.kernels import appended_state as new_rows
+from megakernel.backends.pallas_tpu.codegen.declare import allocation
 from megakernel.ir.ops import Attention
-from megakernel.backends.pallas_tpu.run import interpret_params as interpret, races_found
+from megakernel.backends.pallas_tpu.check.against_reference import interpret_params as interpret, races_found
 from megakernel.models import reference as R
 
 

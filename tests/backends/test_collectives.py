@@ -14,8 +14,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from megakernel.backends.pallas_tpu import collectives as co
-from megakernel.backends.pallas_tpu.run import interpret_params, make_mesh
+from megakernel.backends.pallas_tpu.kernels import collectives as co
+from megakernel.backends.pallas_tpu.check.against_reference import interpret_params, make_mesh
 
 ROWS_PADDED, LANES = 8, 128
 

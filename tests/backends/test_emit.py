@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from megakernel.backends.pallas_tpu import emit, load
+from megakernel.backends.pallas_tpu.codegen import emit
+from megakernel.backends.pallas_tpu.codegen import load
 from megakernel.compiler.pipeline import plan_model
 from megakernel.errors import EmitError
 from megakernel.models import zoo
@@ -92,7 +93,7 @@ def test_errors_point_at_generated_line_and_node(tmp_path):
     src = emit.render(model, plan_model(model, devices=1, batch=1, tokens=1))
     bad = src.replace("t_q = rt.ring_linear(", "t_q = rt.no_such_helper(", 1)
     module = load.load(bad, tmp_path)
-    from megakernel.backends.pallas_tpu import run
+    from megakernel.backends.pallas_tpu.check import against_reference as run
     from megakernel.models import reference
 
     plan = plan_model(model, devices=1, batch=1, tokens=1)
@@ -119,12 +120,12 @@ def _weights(model):
 def test_lm_head_loops_over_its_even_tiles(name, devices, loop, tmp_path):
     """The head's evenly stepped tiles are one fori_loop, not unrolled code: the
     AOT compile time of a big-vocabulary model depends on it."""
-    from megakernel.backends import pallas_tpu as backend
-    from megakernel.backends.pallas_tpu import runtime
+    from megakernel.backends.pallas_tpu.codegen.load import compile_model
+    from megakernel.backends.pallas_tpu.kernels import blocks as runtime
 
     model = zoo.model(name)
     plan = plan_model(model, devices=devices, batch=1, tokens=1)
-    module = load.import_module(backend.compile_model(model, plan, tmp_path))
+    module = load.import_module(compile_model(model, plan, tmp_path))
     head = module.SEGMENTS[-1]
     n, _, group = runtime.head_loop(head.tiles, module.BANK_SHAPE[2], module.NUM_BANKS)
     assert n * group == loop and len(head.tiles) - loop <= module.NUM_BANKS + group
@@ -155,11 +156,11 @@ ZOO_DEVICES = {"tiny-dense": 2, "tiny-moe": 4, "llama-3.2-1b": 1, "qwen3-8b": 4,
 
 @pytest.mark.parametrize("name", sorted(ZOO_DEVICES))
 def test_declared_vmem_is_the_plan_byte_for_byte(name, tmp_path):
-    from megakernel.backends import pallas_tpu as backend
+    from megakernel.backends.pallas_tpu.codegen.load import compile_model
 
     model = zoo.model(name)
     plan = plan_model(model, devices=ZOO_DEVICES[name], batch=1, tokens=1)
-    module = load.import_module(backend.compile_model(model, plan, tmp_path))
+    module = load.import_module(compile_model(model, plan, tmp_path))
     assert declared_vmem(module) == plan.memory.vmem_declared == module.VMEM_DECLARED_BYTES
     # and every scratch buffer is the plan's, by name and in order
     src = (tmp_path / "kernel.py").read_text()
@@ -184,10 +185,10 @@ def _drawn_plans(draw):
 def test_declared_vmem_is_the_plan_for_drawn_models(case):
     import tempfile
 
-    from megakernel.backends import pallas_tpu as backend
+    from megakernel.backends.pallas_tpu.codegen.load import compile_model
 
     model, devices, batch, tokens = case
     plan = plan_model(model, devices=devices, batch=batch, tokens=tokens)
     with tempfile.TemporaryDirectory() as d:
-        module = load.import_module(backend.compile_model(model, plan, d))
+        module = load.import_module(compile_model(model, plan, d))
         assert declared_vmem(module) == plan.memory.vmem_declared

@@ -1,4 +1,4 @@
-"""Gated DeltaNet's state committed after the call (backends/pallas_tpu/commit.py):
+"""Gated DeltaNet's state committed after the call (backends/pallas_tpu/kernels/state_commit.py):
 the kernel reads the state only and returns the call's updates; the commit in
 the same jit gives the reference's state. The commit rules against the
 reference's recurrence and conv (exactly as written in models/kind_gdn.py),
@@ -8,8 +8,8 @@ calls of 2 tokens against the reference."""
 import numpy as np
 import jax.numpy as jnp
 
-from megakernel.backends import pallas_tpu as backend
-from megakernel.backends.pallas_tpu import commit
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.kernels import state_commit as commit
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.models.kind_gdn import causal_conv, delta_rule
@@ -95,6 +95,6 @@ def test_two_cores_commit_the_reference_state_over_three_calls():
     # nothing of the state is copied around the call: next_token only ([8, 128] int32)
     assert plan.cost.copy_bytes == 8 * 128 * 4
     assert plan.cost.commit_bytes == sum(s.commit_bytes for s in plan.memory.states) > 0
-    result = backend.check(model, plan, init_weights(model), steps=3)
+    result = check_kernel(model, plan, init_weights(model), steps=3)
     assert result.ok, result
     assert result.cache_max_err <= STATE_TOL, result

@@ -6,8 +6,10 @@ import dataclasses
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
-from megakernel.backends.pallas_tpu import emit, trace
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.codegen.load import compile_model
+from megakernel.backends.pallas_tpu.codegen import emit
+from megakernel.backends.pallas_tpu.check import trace_dmas as trace
 from megakernel.compiler import report
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.ring_layout import run_banks_static
@@ -26,7 +28,7 @@ HYBRID = ModelConfig(
 
 # Measured on 1 device, 2 steps of 2 tokens: logits 1.2e-6, caches and states
 # 1.4e-6 (float32; the same sums in another order); with the state committed
-# after the call (backends/pallas_tpu/commit.py, 2026-12-04) logits 1.4e-6 and
+# after the call (backends/pallas_tpu/kernels/state_commit.py, 2026-12-04) logits 1.4e-6 and
 # states 1.9e-6.
 STATE_TOL = 1e-5
 
@@ -34,7 +36,7 @@ STATE_TOL = 1e-5
 def test_hybrid_kernel_equals_the_reference_with_its_states():
     model = build(HYBRID)
     plan = plan_model(model, devices=1, batch=2, tokens=2)
-    result = backend.check(model, plan, init_weights(model), steps=2)
+    result = check_kernel(model, plan, init_weights(model), steps=2)
     assert result.ok, result
     assert result.cache_max_err <= STATE_TOL, result
 
@@ -52,7 +54,7 @@ def test_a_ring_constant_for_the_attention_run_only():
     assert runs == ((0, 44, 3), (44, 36, 1)), runs
     assert [run_banks_static(runs, t0, 8) for t0, _, _ in runs] == [False, True]
     assert "a constant bank for 72 of the layers' 336 tiles" in report.terminal(plan)
-    result = backend.check(model, plan, init_weights(model), steps=2)
+    result = check_kernel(model, plan, init_weights(model), steps=2)
     assert result.ok, result
     assert result.cache_max_err <= STATE_TOL, result
 
@@ -137,7 +139,7 @@ def test_declared_vmem_is_the_plan_for_drawn_hybrids():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from megakernel.backends.pallas_tpu import load
+    from megakernel.backends.pallas_tpu.codegen import load
     from megakernel.testing import hybrid_configs
     from tests.backends.test_emit import declared_vmem
 
@@ -151,7 +153,7 @@ def test_declared_vmem_is_the_plan_for_drawn_hybrids():
         plan = plan_model(model, devices=devices, batch=batch, tokens=tokens)
         assert any(b.name.endswith("gdn.recurrent") for b in plan.memory.scratch())
         with tempfile.TemporaryDirectory() as d:
-            module = load.import_module(backend.compile_model(model, plan, d))
+            module = load.import_module(compile_model(model, plan, d))
             assert declared_vmem(module) == plan.memory.vmem_declared
 
     prop()

@@ -1,13 +1,13 @@
 """The LM head's loop over a contraction split across tiles: where a whole
 column block of the head does not fit a bank, each column block is several row
-tiles, and lm_head loops over those groups (backends/pallas_tpu/runtime.py
+tiles, and lm_head loops over those groups (backends/pallas_tpu/kernels/blocks.py
 ``head_loop``) instead of unrolling every tile."""
 
 import dataclasses
 
-from megakernel.backends import pallas_tpu as backend
-from megakernel.backends.pallas_tpu import runtime
-from megakernel.backends.pallas_tpu.ring import Tile
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.kernels import blocks as runtime
+from megakernel.backends.pallas_tpu.kernels.ring import Tile
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.models import zoo
@@ -26,5 +26,5 @@ def test_a_split_head_loops_over_its_groups_and_matches_the_reference():
     tiles = [Tile(0, t.row0, t.rows, t.col0, t.cols) for t in head]   # as emitted
     n, step, group = runtime.head_loop(tiles, ring.bank_cols, ring.num_banks)
     assert (group, step) == (2, (0, 512)) and n == (16 - 5) // 2
-    result = backend.check(model, plan, init_weights(model), steps=2)
+    result = check_kernel(model, plan, init_weights(model), steps=2)
     assert result.ok, result

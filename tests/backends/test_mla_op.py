@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu import mla as M, new_rows
-from megakernel.backends.pallas_tpu.attention import row_align, window_rows
-from megakernel.backends.pallas_tpu.declare import allocation
-from megakernel.backends.pallas_tpu.run import interpret_params as interpret, races_found
+from megakernel.backends.pallas_tpu.kernels import mla as M
+from megakernel.backends.pallas_tpu.kernels import appended_state as new_rows
+from megakernel.backends.pallas_tpu.kernels.attention import row_align, window_rows
+from megakernel.backends.pallas_tpu.codegen.declare import allocation
+from megakernel.backends.pallas_tpu.check.against_reference import interpret_params as interpret, races_found
 from megakernel.ir.kind_mla import MLA
 from megakernel.ir.ops import RopeScaling
 from megakernel.models import kind_mla as RM

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu import moe as M
-from megakernel.backends.pallas_tpu.declare import allocation
+from megakernel.backends.pallas_tpu.kernels import moe as M
+from megakernel.backends.pallas_tpu.codegen.declare import allocation
 from megakernel.ir.ops import MoE
-from megakernel.backends.pallas_tpu import runtime as rt
-from megakernel.backends.pallas_tpu.run import interpret_params as interpret, races_found
+from megakernel.backends.pallas_tpu.kernels import blocks as rt
+from megakernel.backends.pallas_tpu.check.against_reference import interpret_params as interpret, races_found
 from megakernel.models import reference as R
 
 

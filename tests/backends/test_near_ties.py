@@ -1,11 +1,11 @@
-"""The token check's near-tie rule (backends/pallas_tpu/run.py near_ties),
+"""The token check's near-tie rule (backends/pallas_tpu/check/against_reference.py near_ties),
 on logits built by hand: a swap of two reference logits closer than twice
 the kernel's error is a near-tie; a wider gap, or a token that is not the
 kernel's own argmax, is a mismatch."""
 
 import numpy as np
 
-from megakernel.backends.pallas_tpu.run import CheckResult, near_ties
+from megakernel.backends.pallas_tpu.check.against_reference import CheckResult, near_ties
 
 
 def _logits():

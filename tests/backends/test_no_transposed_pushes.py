@@ -15,9 +15,9 @@ import jax
 import pytest
 from jax.extend import core as jcore
 
-from megakernel.backends import pallas_tpu as backend
-from megakernel.backends.pallas_tpu import load
-from megakernel.backends.pallas_tpu.aot import abstract_args, topology_mesh
+from megakernel.backends.pallas_tpu.codegen.load import compile_model
+from megakernel.backends.pallas_tpu.codegen import load
+from megakernel.backends.pallas_tpu.aot.tpu_compile import abstract_args, topology_mesh
 from megakernel.compiler.buffers import Kind
 from megakernel.compiler.pipeline import plan_model
 from megakernel.models import zoo
@@ -131,7 +131,7 @@ class Weights:
 def _kernel_jaxpr(model, devices, topology, overrides, tmp_path):
     plan = plan_model(model, devices=devices, batch=1, tokens=1, overrides=overrides)
     out = tmp_path / model.name
-    backend.compile_model(model, plan, out)
+    compile_model(model, plan, out)
     module = load.import_module(out / "kernel.py")
     mesh = topology_mesh(topology, plan.shard.cores)
     args = abstract_args(module, mesh, plan.shard.cores)
@@ -213,7 +213,7 @@ CASES = [  # (zoo card, layers, cores, topology, plan overrides, --quantize pair
                               for c in CASES])
 def test_no_weight_reaches_the_mxu_transposed(name, layers, cores, topology, overrides,
                                               quantize, tmp_path):
-    from megakernel.cli_args import with_quantize
+    from megakernel.cli.args import with_quantize
 
     model = with_quantize(zoo.model(name).truncated(layers), quantize)
     kernel, seeds = _kernel_jaxpr(model, cores, topology, overrides, tmp_path)

@@ -5,7 +5,8 @@ run, a repetition, the stack's end, the LM head or the step's end."""
 
 import pytest
 
-from megakernel.backends.pallas_tpu import ring, ring_runs
+from megakernel.backends.pallas_tpu.kernels import ring
+from megakernel.backends.pallas_tpu.kernels import ring_runs
 
 
 class _When:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from megakernel.backends.pallas_tpu import profile_kernel, static_profile
+from megakernel.backends.pallas_tpu.aot import profile_kernel
+from megakernel.backends.pallas_tpu.aot import static_profile
 from megakernel.compiler.pipeline import plan_model
 from megakernel.models import zoo
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from megakernel.backends.pallas_tpu import trace
+from megakernel.backends.pallas_tpu.check import trace_dmas as trace
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.shard import shard_weights
 from megakernel.ir.config import MLAConfig, ModelConfig, build
@@ -144,12 +144,12 @@ def _kv_dmas(model, library, sync, tmp_path, positions, window_bytes):
     if ``sync``) at ``positions(g)`` (g: the geometry of its ``library`` op):
     (``_in_flight_under`` of its KV DMAs, its window loads: DMAs into VMEM of
     ``window_bytes(g)``)."""
-    from megakernel.backends import pallas_tpu as backend
-    from megakernel.backends.pallas_tpu import load
+    from megakernel.backends.pallas_tpu.codegen.load import compile_model
+    from megakernel.backends.pallas_tpu.codegen import load
 
     plan = plan_model(model, devices=1, batch=2, tokens=1)
     g = next(og.geometry for og in plan.memory.geometries if og.library == library)
-    module = load.import_module(backend.compile_model(model, plan, tmp_path, synchronised=sync))
+    module = load.import_module(compile_model(model, plan, tmp_path, synchronised=sync))
     result = trace.trace_step(model, plan, init_weights(model), module=module,
                               positions=positions(g))
     assert result.unwaited == 0
@@ -202,7 +202,7 @@ def tiny_mla():
 def test_mla_dmas_leave_the_critical_path(sync, tmp_path):
     """The same for multi-head latent attention: its latent windows and cache
     tiles stream under other work (mla.prefetch / attend / drain)."""
-    from megakernel.backends.pallas_tpu.attention import window_rows
+    from megakernel.backends.pallas_tpu.kernels.attention import window_rows
 
     model = tiny_mla()
     W = lambda g: window_rows(g)   # noqa: E731

@@ -5,8 +5,10 @@ import dataclasses
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
-from megakernel.backends.pallas_tpu import load, trace
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.codegen.load import compile_model
+from megakernel.backends.pallas_tpu.codegen import load
+from megakernel.backends.pallas_tpu.check import trace_dmas as trace
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.target import CostConstants, make_target
 from megakernel.models import zoo
@@ -69,11 +71,11 @@ def test_synchronised_variant_is_correct_moves_the_same_bytes_and_replays_slower
     weights = init_weights(model, seed=5)
     reps, kinds = {}, {}
     for sync in (False, True):
-        module = load.import_module(backend.compile_model(
+        module = load.import_module(compile_model(
             model, plan, tmp_path / str(sync), synchronised=sync))
         assert module.SYNCHRONISED is sync
         if sync:
-            result = backend.check(model, plan, weights, steps=2, module=module)
+            result = check_kernel(model, plan, weights, steps=2, module=module)
             assert result.ok and not result.races, result
         res = trace.trace_step(model, plan, weights, module=module)
         kinds[sync] = res.bytes_by_kind(0)
@@ -100,7 +102,7 @@ def test_replay_of_the_trace_agrees_with_the_cost_model(name, tmp_path):
 
     model = zoo.model(name)
     plan = plan_model(model, devices=1, batch=1, tokens=1)
-    module = load.import_module(backend.compile_model(model, plan, tmp_path))
+    module = load.import_module(compile_model(model, plan, tmp_path))
     res = trace.trace_step(model, plan, init_weights(model), module=module)
     rep = replay(res.program(0), plan.target, rows_padded=plan.memory.rows_padded,
                  itemsize=model.dtype.itemsize, f32=model.dtype.value == "float32",

@@ -63,7 +63,7 @@ def test_bad_arguments_are_named_errors(argv, needle, tmp_path, capsys):
 
 
 def test_good_sizes_still_parse():
-    from megakernel.cli_args import parse_size
+    from megakernel.cli.args import parse_size
 
     assert parse_size("48MiB") == 48 * 2**20
     assert parse_size("1.5KiB") == 1536

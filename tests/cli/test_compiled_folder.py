@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from megakernel import artifact
+from megakernel.cli import artifact
 from megakernel.cli import main
 from megakernel.testing import FAULTS
 

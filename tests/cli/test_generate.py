@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from megakernel.cli import main
-from megakernel.generate import generate, reference_greedy
+from megakernel.cli.generation import generate, reference_greedy
 from megakernel.models.weights import init_weights
 
 from tests.e2e.test_decode import dense

@@ -15,7 +15,7 @@ import pytest
 def _default_signals():
     """The child starts with SIGINT as a terminal gives it: a test run launched in
     the background (``make test &``) inherits SIGINT ignored, and compile
-    rightly leaves an ignored signal ignored (megakernel/interrupts.py)."""
+    rightly leaves an ignored signal ignored (megakernel/cli/interrupts.py)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from megakernel import artifact, outdir
+from megakernel.cli import artifact
+from megakernel.cli import outdir
 from megakernel.cli import main
 
 

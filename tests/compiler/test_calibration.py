@@ -70,7 +70,7 @@ def test_a_missing_rate_names_itself_and_the_command():
 
 def test_a_small_calibration_run_reproduces_the_table():
     """One micro-kernel, both sizes, compiled by libtpu with its profile (a few s)."""
-    from megakernel.backends.pallas_tpu.calibrate import measure
+    from megakernel.backends.pallas_tpu.aot.calibrate import measure
 
     got = measure(["matmul.bfloat16.kn"], timeout=300)
     assert got["matmul.bfloat16.kn"] == calibration.load().measurements["matmul.bfloat16.kn"]

@@ -3,7 +3,7 @@ rules, the step buffers, the declared VMEM, and the per-call/per-step costs."""
 
 import pytest
 
-from megakernel.backends.pallas_tpu.steps import STEPPING, Stepping
+from megakernel.backends.pallas_tpu.kernels.step_loop import STEPPING, Stepping
 from megakernel.compiler.pipeline import plan_model
 from megakernel.errors import PlanningError
 from megakernel.models import zoo
@@ -41,12 +41,12 @@ def test_step_buffers_only_in_multistep_plans(plans):
 
 
 def test_multistep_kernel_declares_the_plan_byte_for_byte(plans, tmp_path):
-    from megakernel.backends import pallas_tpu as backend
-    from megakernel.backends.pallas_tpu import load
+    from megakernel.backends.pallas_tpu.codegen.load import compile_model
+    from megakernel.backends.pallas_tpu.codegen import load
     from tests.backends.test_emit import declared_vmem
 
     model, p = plans
-    module = load.import_module(backend.compile_model(model, p[16], tmp_path))
+    module = load.import_module(compile_model(model, p[16], tmp_path))
     assert declared_vmem(module) == p[16].memory.vmem_declared == module.VMEM_DECLARED_BYTES
     assert module.STEPS_PER_CALL == 16
     src = (tmp_path / "kernel.py").read_text()

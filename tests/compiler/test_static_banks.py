@@ -5,7 +5,7 @@ it costs no modeled time (compiler/choose_geometry.py)."""
 
 import pytest
 
-from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile
+from megakernel.backends.pallas_tpu.kernels.ring import Segment, Stream, Tile
 from megakernel.compiler import report
 from megakernel.compiler.choose_geometry import TOLERANCE
 from megakernel.compiler.pipeline import plan_model

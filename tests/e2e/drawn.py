@@ -4,7 +4,7 @@ a test module): the kernel in strict interpret mode against the reference."""
 from hypothesis import strategies as st
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
 from megakernel.models.weights import init_weights
 
 
@@ -25,7 +25,7 @@ def assert_plan_matches_reference(model, plan):
     A sequence the reference routes by a near-tie is not compared (run.py
     ROUTE_TIE). -> the CheckResult."""
     try:
-        result = backend.check(model, plan, init_weights(model, seed=1), steps=2, seed=2)
+        result = check_kernel(model, plan, init_weights(model, seed=1), steps=2, seed=2)
     finally:
         pltpu.reset_tpu_interpret_mode_state()
     assert not result.races, "the race detector reported a race"

@@ -8,7 +8,7 @@ KV caches with the reference.
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import MLAConfig, ModelConfig, MoEConfig, build
 from megakernel.models import zoo
@@ -112,7 +112,7 @@ def _case(c):
 def _check(make, devices, batch, tokens, steps, overrides, tmp_path):
     model = make()
     plan = plan_model(model, devices=devices, batch=batch, tokens=tokens, overrides=overrides)
-    result = backend.check(model, plan, init_weights(model, seed=1), steps=steps, seed=2,
+    result = check_kernel(model, plan, init_weights(model, seed=1), steps=steps, seed=2,
                            out_dir=tmp_path)
     assert not result.races
     assert result.token_agreement == 1.0, result

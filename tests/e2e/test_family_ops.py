@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.request import Overrides
 from megakernel.ir.config import ModelConfig, MoEConfig, build
@@ -38,7 +38,7 @@ def _check(card, devices, tmp_path, **overrides):
     model = build(card)
     plan = plan_model(model, devices=devices, batch=2, tokens=1,
                       overrides=Overrides(**overrides))
-    result = backend.check(model, plan, init_weights(model, seed=5), steps=2, seed=6,
+    result = check_kernel(model, plan, init_weights(model, seed=5), steps=2, seed=6,
                            out_dir=tmp_path)
     assert not result.races and result.token_agreement == 1.0, result
     assert result.max_abs_err <= result.tolerance, result

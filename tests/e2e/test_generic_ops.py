@@ -5,7 +5,9 @@ cores in strict interpret mode against the reference."""
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.codegen.load import compile_model
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import LayerBuilder
 from megakernel.ir.graph import Model
@@ -52,7 +54,7 @@ def test_post_norm_graph_with_generic_ops_decodes(devices, dtype, tmp_path):
     if devices > 1:        # the norms after o_proj and the MLP read all-reduced sums
         consumers = {r.consumer for r in plan.shard.stacks[0].reductions}
         assert {"post_attn_norm", "post_ffn_norm"} <= consumers
-    result = backend.check(m, plan, init_weights(m, seed=3), steps=2, seed=4, out_dir=tmp_path)
+    result = check_kernel(m, plan, init_weights(m, seed=3), steps=2, seed=4, out_dir=tmp_path)
     assert not result.races and result.token_agreement == 1.0, result
     assert result.max_abs_err <= result.tolerance, result
 
@@ -62,6 +64,6 @@ def test_post_norm_graph_compiles_for_tpu7x(tmp_path):
     pytest.importorskip("libtpu")
     m = model("bfloat16")
     plan = plan_model(m, devices=2, batch=1, tokens=1)
-    backend.compile_model(m, plan, tmp_path)
-    result = backend.aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")
+    compile_model(m, plan, tmp_path)
+    result = aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")
     assert result.vmem_used_bytes is not None and result.vmem_used_bytes <= result.vmem_limit_bytes

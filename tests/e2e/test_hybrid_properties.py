@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.models.weights import init_weights
@@ -44,7 +44,7 @@ def test_drawn_hybrids_match_reference(devices):
         model = build(card)
         plan = plan_model(model, devices=devices, batch=batch, tokens=tokens)
         try:
-            result = backend.check(model, plan, init_weights(model, seed=1), steps=2, seed=2)
+            result = check_kernel(model, plan, init_weights(model, seed=1), steps=2, seed=2)
         finally:
             pltpu.reset_tpu_interpret_mode_state()
         assert not result.races, "the race detector reported a race"

@@ -1,5 +1,5 @@
 """The cases of one test share plans, weights, kernels and runners by plan digest
-(megakernel/kernel_cache.py), evicted by bytes; and the seconds a draw costs,
+(megakernel/testing/kernel_cache.py), evicted by bytes; and the seconds a draw costs,
 which docs/property-testing.md states."""
 
 import time
@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from megakernel import kernel_cache
+from megakernel.testing import kernel_cache
 from megakernel.models import zoo
 from megakernel.testing import DecodeCase, check_case
 

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
 from megakernel.compiler.pipeline import plan_model
 from megakernel.errors import PlanningError
 from megakernel.models.weights import init_weights
@@ -67,7 +67,7 @@ def test_n_steps_match_n_reference_steps_slow(make, devices, batch, steps, optio
 def _check(make, devices, batch, steps, options, tmp_path):
     model = make()
     plan = plan_model(model, devices=devices, batch=batch, steps=steps)
-    result = backend.check(model, plan, init_weights(model, seed=1), seed=2, out_dir=tmp_path,
+    result = check_kernel(model, plan, init_weights(model, seed=1), seed=2, out_dir=tmp_path,
                            multistep=options)
     assert not result.races
     assert result.token_agreement == 1.0, result

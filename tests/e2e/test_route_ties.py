@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from megakernel.backends.pallas_tpu.run import ROUTE_TIE
+from megakernel.backends.pallas_tpu.check.against_reference import ROUTE_TIE
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import ModelConfig, MoEConfig, build
 from megakernel.ir.weight_kinds import Quantize

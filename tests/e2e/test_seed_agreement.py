@@ -7,14 +7,15 @@ import re
 
 import pytest
 
-from megakernel import cli, properties
+from megakernel import cli
+from megakernel.testing import properties
 from tests.plugin.user_run import run_pytest
 
 FAULT = "skip_attention_residual"
 # decode_property marks the test mk_devices(D): plain `pytest` makes the devices.
 TEST_FILE = """
 from megakernel.models import zoo
-from megakernel.properties import decode_property
+from megakernel.testing.properties import decode_property
 
 test_tiny_dense = decode_property(zoo.model("tiny-dense").truncated(1), examples=4,
                                   devices={devices}, fault="{fault}")

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from megakernel import cli, preflight
+from megakernel import cli
+from megakernel.testing import preflight
 from megakernel.errors import SetupError
 from megakernel.ir.config import ModelConfig, build
 from megakernel.models import zoo
-from megakernel.properties import assert_compiles, check_examples
+from megakernel.testing.properties import assert_compiles, check_examples
 from megakernel.testing import DecodeCase, assert_case, check_case, decode_cases
 
 # Two query heads: plans for 1 or 2 cores, not 4.
@@ -60,7 +61,7 @@ def test_too_few_devices_names_expected_found_and_the_fix():
 
 
 def test_a_mesh_of_another_size_is_refused():
-    from megakernel.backends.pallas_tpu.run import make_mesh
+    from megakernel.backends.pallas_tpu.check.against_reference import make_mesh
 
     with pytest.raises(SetupError, match="the mesh has 2 devices, expected 4"):
         preflight.require_devices(4, mesh=make_mesh(2))

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from megakernel.backends import pallas_tpu as backend
+from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
+from megakernel.backends.pallas_tpu.codegen.load import compile_model
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.ir.weight_kinds import Quantize
@@ -36,8 +37,8 @@ def test_quantized_kernel_compiles_for_tpu7x(name, devices, dense, experts, over
         assert {t.scale_view[0] for s in plan.memory.stream.stacks for t in s.tiles
                 if t.format == dense} == {1}
         assert [e.chunks for e in plan.memory.experts] == [2]
-    backend.compile_model(model, plan, tmp_path)
-    result = backend.aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")
+    compile_model(model, plan, tmp_path)
+    result = aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")
     assert result.vmem_used_bytes is not None
     assert result.vmem_used_bytes <= result.vmem_limit_bytes
     assert abs(result.vmem_used_bytes - plan.memory.vmem_total) <= 2**20, result.summary()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from megakernel import quantize
-from megakernel.backends.pallas_tpu import trace
-from megakernel.backends.pallas_tpu.run import check
+from megakernel.backends.pallas_tpu.check import trace_dmas as trace
+from megakernel.backends.pallas_tpu.check.against_reference import check
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.shard import shard_weights
 from megakernel.errors import PlanningError
@@ -114,7 +114,8 @@ def test_int4_on_the_float8_path_is_exact_up_to_f32_sums(fmt, dtype):
     from jax.experimental import pallas as pl
 
     from megakernel import formats
-    from megakernel.backends.pallas_tpu import dequant, runtime
+    from megakernel.backends.pallas_tpu.kernels import dequant
+    from megakernel.backends.pallas_tpu.kernels import blocks as runtime
 
     f, (k, n) = formats.get(fmt), (512, 256)
     rng = np.random.default_rng(0)

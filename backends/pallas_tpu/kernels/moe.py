@@ -1,0 +1,389 @@
+"""In-kernel routed MoE: router, sort-free top-k, data-dependent expert DMAs.
+
+Contract (the planner and the emitter use exactly these):
+
+``MoEGeometry(rows, rows_padded, hidden, num_experts, experts_local, inter_local,
+top_k, scoring, correction_bias, renormalize, routed_scaling, activation, slots,
+dtype, chunk, router_logit_bias, expert_bias, swiglu_limit, swiglu_alpha,
+n_group, topk_group)`` - one MoE node on one core, chosen by the planner.
+``chunk`` splits each expert's intermediate into ``inter_local // chunk``
+slices, as ``ExpertStream.chunk/chunks`` plans when a whole expert does not fit
+a slot. gpt-oss's options (ir/ops.py MoE): biased router logits, biased
+experts, clamped SwiGLU. ``n_group`` / ``topk_group``: DeepSeek's
+group-limited selection (1 / 1: none).
+
+``buffers(g)`` - what ``moe_routed`` needs, by argument name (E = num_experts):
+  used_v      VMEM (8, E) int32          row 0: 1 where any valid row picked expert e
+  used_s      SMEM (8, E) int32          the same, readable as scalars
+  uniq        SMEM (experts_local,) i32  compact list of picked local experts
+  gate_slots  VMEM (slots, hidden, chunk) dtype
+  up_slots    VMEM (slots, hidden, chunk) dtype
+  down_slots  VMEM (slots, chunk, hidden) dtype
+  slot_sems   DMA (3, slots)             [gate|up|down, slot]
+  ids_sem     DMA (1,)                   used_v -> used_s
+
+``moe_routed(g, x, logits, router_bias, experts_gate, experts_up, experts_down,
+layer, expert_offset, **buffers, logit_bias=None, biases=None, bias_here=True,
+static_items=None)
+-> partial [rows_padded, hidden] f32`` - x value [RP, hidden] f32; logits value
+[RP, E] f32, x @ router (the emitter streams the router through the ring like
+any linear: x in the weight's dtype, f32 accumulation); router_bias value
+[1, E] f32 or None; experts_* HBM refs [L, experts_local, ...]; layer traced
+int32; expert_offset = global id of local expert 0 (EP) or 0 (TP); logit_bias
+[1, E] f32 (``router_logit_bias``); biases (gate [1, experts_local, inter_local], up, down [1, experts_local,
+hidden]) f32 (``expert_bias``); bias_here: whether this core adds the down
+biases (one core of each group splitting an expert's intermediate);
+static_items: a profile build's fixed count of expert items (the kernel's
+``PROFILE_EXPERT_ITEMS``), in place of the routed one. Returns the
+sum over this core's selected experts of weight * expert(x) for valid rows and
+0 for padding rows; summing partials over cores gives the routed output.
+
+Why: the router and top-k run in vregs (k rounds of row max + lowest index
+attaining it, which is lax.top_k's tie rule; no sort primitive on Mosaic).
+Group-limited selection is the same rule one level up: per group the max and
+the best other lane (its top-2 sum), then topk_group rounds of max over the
+groups, ties to the lowest group. Every core runs it on the same replicated
+router and input, so every core picks the same experts, bit for bit.
+The union of picked experts goes VMEM -> SMEM by DMA (the only way a vector
+value becomes a DMA index, verified in /tmp/proto/p3_moe.py); each picked
+local expert is fetched once per call and applied to all rows (extra LHS rows
+are ~free on the MXU), with weight 0 for rows that did not pick it. (expert,
+chunk) items stream through ``slots`` buffers, lookahead slots-1; the next
+layer's experts are unknown until its router runs, so nothing crosses calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from megakernel import formats
+from megakernel.backends.pallas_tpu.kernels import dequant
+from megakernel.activations import apply as activation
+from megakernel.activations import clamped_swiglu
+from megakernel.compiler.buffers import Need, Space
+from megakernel.compiler.plan_json import GEOMETRIES, OMIT_DEFAULT
+from megakernel.errors import PlanningError
+
+HI = jax.lax.Precision.HIGHEST
+
+
+@GEOMETRIES.register("moe")
+@dataclass(frozen=True)
+class MoEGeometry:
+    rows: int
+    rows_padded: int
+    hidden: int
+    num_experts: int
+    experts_local: int
+    inter_local: int
+    top_k: int
+    scoring: str
+    correction_bias: bool
+    renormalize: bool
+    routed_scaling: float
+    activation: str
+    slots: int
+    dtype: str
+    chunk: int
+    router_logit_bias: bool = False
+    expert_bias: bool = False
+    swiglu_limit: float | None = None
+    swiglu_alpha: float = 1.0
+    n_group: int = 1
+    topk_group: int = 1
+    # Quantized experts (megakernel/formats.py): the slots hold codes as 32-bit
+    # words and their f32 scales beside them; ``dtype`` is what they dequantise to.
+    fmt: str = dataclasses.field(default="", metadata={OMIT_DEFAULT: True})
+
+    def __post_init__(self):
+        checks = [
+            (self.chunk > 0 and self.inter_local % self.chunk == 0,
+             f"chunk={self.chunk} does not divide inter_local={self.inter_local}"),
+            (1 <= self.top_k <= self.num_experts, f"top_k={self.top_k} not in 1..{self.num_experts}"),
+            (self.slots >= 1, f"slots={self.slots} must be >= 1"),
+            (self.experts_local <= self.num_experts,
+             f"experts_local={self.experts_local} exceeds num_experts={self.num_experts}"),
+            (self.rows <= self.rows_padded and self.rows_padded % 8 == 0,
+             f"rows_padded={self.rows_padded} must be a multiple of 8 >= rows={self.rows}"),
+            (self.scoring in ("softmax", "sigmoid"), f"scoring={self.scoring!r} is unknown"),
+            (self.n_group >= 1 and self.num_experts % self.n_group == 0
+             and 1 <= self.topk_group <= self.n_group
+             and (self.n_group == 1 or self.num_experts // self.n_group >= 2),
+             f"n_group={self.n_group}, topk_group={self.topk_group} do not split "
+             f"num_experts={self.num_experts} into groups of at least 2"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise PlanningError(message, path="moe.geometry")
+
+    @property
+    def chunks(self) -> int:
+        return self.inter_local // self.chunk
+
+
+def value_bytes(g: MoEGeometry, ss, node) -> int:
+    """Bytes of values ``moe_routed`` and the shared expert hold at their peak:
+    router logits, scores, picks and weights ([rows, E] f32 each), one slot's
+    gate/up/product ([rows, chunk] f32), the accumulator, and the shared
+    expert's gate/up/product ([rows, shared width] f32); with expert biases, their
+    tables ([experts_local, width] f32) and the weighted down biases ([rows, hidden])."""
+    rp = g.rows_padded
+    shared = node.op.num_shared_experts and ss.param(f"{node.name}.shared_up").shape[1]
+    # gpt-oss: the layer's expert bias tables, read as values, and the down biases' sum.
+    biases = 0
+    if g.expert_bias:
+        biases = g.experts_local * (2 * g.inter_local + g.hidden) + rp * g.hidden
+    return 4 * (rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0)) + biases)
+
+
+def _scale_rows(g: MoEGeometry, rows: int) -> int:
+    f = formats.get(g.fmt)
+    return 1 if f.group_rows == formats.WHOLE else rows // f.group_rows
+
+
+def buffers(g: MoEGeometry) -> tuple[Need, ...]:
+    vmem, smem, dma, i32 = Space.VMEM, Space.SMEM, Space.SEMAPHORE, "int32"
+    fetch = f"slice n of the layer's expert fetches in slot n % {g.slots}"
+    h, c, k = g.hidden, g.chunk, g.slots
+    common = (
+        Need("used_v", vmem, (8, g.num_experts), i32, "row 0: experts any valid row picked"),
+        Need("used_s", smem, (8, g.num_experts), i32, "the same, as scalars"),
+        Need("uniq", smem, (g.experts_local,), i32, "picked local experts, ascending"))
+    ids = Need("ids_sem", dma, (1,), "dma_semaphore", "used_v -> used_s")
+    if not g.fmt:
+        return common + (
+            Need("gate_slots", vmem, (k, h, c), g.dtype, fetch),
+            Need("up_slots", vmem, (k, h, c), g.dtype, fetch),
+            Need("down_slots", vmem, (k, c, h), g.dtype, fetch),
+            Need("slot_sems", dma, (3, k), "dma_semaphore", "[gate|up|down, slot]"), ids)
+    per = 32 // formats.get(g.fmt).code_bits
+    words = f"{fetch}; {g.fmt} codes as 32-bit words"
+    scales = f"{fetch}; f32 scales of its {g.fmt} codes"
+    return common + (
+        Need("gate_slots", vmem, (k, h // per, c), i32, words),
+        Need("up_slots", vmem, (k, h // per, c), i32, words),
+        Need("down_slots", vmem, (k, c // per, h), i32, words),
+        Need("gate_scales", vmem, (k, _scale_rows(g, h), c), "float32", scales),
+        Need("up_scales", vmem, (k, _scale_rows(g, h), c), "float32", scales),
+        Need("down_scales", vmem, (k, _scale_rows(g, c), h), "float32", scales),
+        Need("slot_sems", dma, (6, k), "dma_semaphore",
+             "[gate|up|down codes, then their scales, slot]"), ids)
+
+
+def _matmul(x, w):
+    """As the reference: x in w's dtype, f32 accumulation. HIGHEST only for f32
+    operands (Mosaic rejects an fp32-precision contract on bf16; bf16 is exact anyway)."""
+    prec = HI if w.dtype == jnp.float32 else None
+    return jnp.dot(x.astype(w.dtype), w, precision=prec, preferred_element_type=jnp.float32)
+
+
+def _qmatmul(g: MoEGeometry, x, words, scales):
+    """x @ one slot's quantized codes, dequantised per chunk (dequant.py)."""
+    return dequant.matmul(x, words, scales, g.fmt, jnp.dtype(g.dtype), _matmul)
+
+
+def route(g: MoEGeometry, logits, router_bias, logit_bias=None):
+    """combine [RP, E] f32 from the router logits [RP, E] f32: row n's weight
+    for global expert e (0 if not picked or a padding row), and used [1, E]
+    int32: picked by any valid row."""
+    if g.router_logit_bias:
+        logits = logits + logit_bias
+    if g.scoring == "softmax":
+        m = jnp.max(logits, axis=-1, keepdims=True)
+        ex = jnp.exp(logits - m)
+        scores = ex / jnp.sum(ex, axis=-1, keepdims=True)
+    else:
+        scores = jax.nn.sigmoid(logits)
+    select = scores + router_bias if g.correction_bias else scores
+    E = g.num_experts
+    lane = jax.lax.broadcasted_iota(jnp.int32, select.shape, 1)
+    valid = jax.lax.broadcasted_iota(jnp.int32, select.shape, 0) < g.rows
+    if g.n_group > 1:
+        select = _group_limit(g, select, lane)
+    picked = jnp.zeros(select.shape, jnp.bool_)
+    cur = select
+    for _ in range(g.top_k):
+        top = jnp.max(cur, axis=-1, keepdims=True)
+        idx = jnp.min(jnp.where(cur == top, lane, E), axis=-1, keepdims=True)
+        hit = lane == idx
+        picked = picked | hit
+        cur = jnp.where(hit, -jnp.inf, cur)
+    picked = picked & valid
+    w = jnp.where(picked, scores, 0.0)
+    if g.renormalize:
+        tot = jnp.sum(w, axis=-1, keepdims=True)
+        w = w / jnp.where(tot > 0, tot, 1.0)     # padding rows have tot == 0
+    w = w * g.routed_scaling
+    used = jnp.max(picked.astype(jnp.int32), axis=0, keepdims=True)
+    return w, used
+
+
+def _group_limit(g: MoEGeometry, select, lane):
+    """``select`` with the experts outside the topk_group best groups at -inf.
+    A group's score is its best plus its best other lane (the reference's
+    top-2 sum, added in the same order); groups are picked by topk_group
+    rounds of max, ties to the lowest group."""
+    per = g.num_experts // g.n_group
+    E = g.num_experts
+    inside, score = [], []
+    for j in range(g.n_group):
+        mine = (lane >= j * per) & (lane < (j + 1) * per)
+        vals = jnp.where(mine, select, -jnp.inf)
+        first = jnp.max(vals, axis=-1, keepdims=True)
+        at = jnp.min(jnp.where(vals == first, lane, E), axis=-1, keepdims=True)
+        second = jnp.max(jnp.where(lane == at, -jnp.inf, vals), axis=-1, keepdims=True)
+        inside.append(mine)
+        score.append(first + second)                                  # [RP, 1]
+    picked = [jnp.zeros(score[0].shape, jnp.bool_) for _ in score]
+    for _ in range(g.topk_group):
+        cand = [jnp.where(p, -jnp.inf, s) for p, s in zip(picked, score)]
+        top = cand[0]
+        for c in cand[1:]:
+            top = jnp.maximum(top, c)
+        found = jnp.zeros(top.shape, jnp.bool_)
+        for j, c in enumerate(cand):
+            hit = (c == top) & ~found & ~picked[j]
+            picked[j], found = picked[j] | hit, found | hit
+    keep = jnp.zeros(select.shape, jnp.bool_)
+    for mine, p in zip(inside, picked):
+        keep = keep | (mine & p)
+    return jnp.where(keep, select, -jnp.inf)
+
+
+def _expert_row(table, e, chunk, g: MoEGeometry):
+    """[1, chunk] f32: local expert e's row of a [1, experts_local, width] bias
+    table, columns of slice ``chunk`` (masked sums: no dynamic slicing)."""
+    t = table[0]
+    rows = jax.lax.broadcasted_iota(jnp.int32, t.shape, 0)
+    row = jnp.sum(jnp.where(rows == e, t, 0.0), axis=0, keepdims=True)
+    if g.chunks == 1:
+        return row
+    C = g.chunk
+    return sum(jnp.where(chunk == c, row[:, c * C:(c + 1) * C], 0.0) for c in range(g.chunks))
+
+
+def _down_biases(g: MoEGeometry, combine, table, expert_offset):
+    """sum_e weight[n, e] * down_bias[e] over this core's experts (weight 0 for
+    experts a row did not pick), one local expert at a time on the VPU."""
+    lane = jax.lax.broadcasted_iota(jnp.int32, combine.shape, 1)
+    out = jnp.zeros((g.rows_padded, g.hidden), jnp.float32)
+    for j in range(g.experts_local):
+        w = jnp.sum(jnp.where(lane == expert_offset + j, combine, 0.0), axis=-1, keepdims=True)
+        out = out + w * table[0][j:j + 1, :]
+    return out
+
+
+def _glu(g: MoEGeometry, gate, up):
+    if g.swiglu_limit is None:
+        return activation(g.activation, gate) * up
+    return clamped_swiglu(gate, up, g.swiglu_limit, g.swiglu_alpha)
+
+
+def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
+               experts_down, layer, expert_offset, *, used_v, used_s, uniq, gate_slots,
+               up_slots, down_slots, slot_sems, ids_sem, logit_bias=None, biases=None,
+               bias_here=True, gate_scales=None, up_scales=None, down_scales=None,
+               experts_scales=None, static_items=None):
+    uniq_s, gate_b, up_b, down_b, sems, isem = (uniq, gate_slots, up_slots, down_slots,
+                                                slot_sems, ids_sem)
+    K, C, nc = g.slots, g.chunk, g.chunks
+    combine, used = route(g, logits, router_bias, logit_bias)
+    used_v[...] = jnp.broadcast_to(used, used_v.shape)
+    cp = pltpu.make_async_copy(used_v, used_s, isem.at[0])
+    cp.start()
+    cp.wait()
+
+    # Compact list of this core's picked experts, ascending local id.
+    def collect(e, n):
+        hit = used_s[0, expert_offset + e] > 0
+
+        @pl.when(hit)
+        def _():
+            uniq_s[n] = e
+
+        return n + hit.astype(jnp.int32)
+
+    n_items = jax.lax.fori_loop(0, g.experts_local, collect, jnp.int32(0)) * nc
+    if static_items is not None:     # a profile build (never run): a counted loop
+        n_items = static_items
+
+    def copies(q):
+        """DMAs of item q = (expert uniq[q // nc], chunk q % nc) into slot q % K."""
+        e = uniq_s[q // nc] if nc > 1 else uniq_s[q]
+        slot = q % K
+        if nc == 1:
+            src = (experts_gate.at[layer, e], experts_up.at[layer, e],
+                   experts_down.at[layer, e])
+        else:
+            c0 = pl.multiple_of((q % nc) * C, C)
+            src = (experts_gate.at[layer, e, :, pl.ds(c0, C)],
+                   experts_up.at[layer, e, :, pl.ds(c0, C)],
+                   experts_down.at[layer, e, pl.ds(c0, C), :])
+        dst = (gate_b.at[slot], up_b.at[slot], down_b.at[slot])
+        if g.fmt:        # words of packed codes, and the scales of their groups
+            per = 32 // formats.get(g.fmt).code_bits
+            sg, su, sd = experts_scales
+            if nc == 1:
+                src = src + (sg.at[layer, e], su.at[layer, e], sd.at[layer, e])
+            else:
+                c0 = pl.multiple_of((q % nc) * C, C)
+                # the down slice's scale rows: its groups, or the one per-channel row
+                whole = formats.get(g.fmt).group_rows == formats.WHOLE
+                dr = _scale_rows(g, C)
+                d0 = 0 if whole else pl.multiple_of((q % nc) * dr, dr)
+                # the code words' row offset, its alignment stated for Mosaic
+                w0 = pl.multiple_of((q % nc) * (C // per), C // per)
+                src = (src[0], src[1], experts_down.at[layer, e, pl.ds(w0, C // per), :],
+                       sg.at[layer, e, :, pl.ds(c0, C)], su.at[layer, e, :, pl.ds(c0, C)],
+                       sd.at[layer, e, pl.ds(d0, dr), :])
+            dst = dst + (gate_scales.at[slot], up_scales.at[slot], down_scales.at[slot])
+        return [pltpu.make_async_copy(s, d, sems.at[j, slot])
+                for j, (s, d) in enumerate(zip(src, dst))]
+
+    for j in range(K - 1):
+        @pl.when(j < n_items)
+        def _():
+            for c in copies(j):
+                c.start()
+
+    xw = x.astype(jnp.dtype(g.dtype))
+    lane = jax.lax.broadcasted_iota(jnp.int32, combine.shape, 1)
+
+    def item(q, acc):
+        @pl.when(q + K - 1 < n_items)
+        def _():
+            # slot (q-1) % K was consumed by the previous iteration
+            for c in copies(q + K - 1):
+                c.start()
+
+        for c in copies(q):
+            c.wait()
+        slot = q % K
+        e_local = uniq_s[q // nc] if nc > 1 else uniq_s[q]
+        e = e_local + expert_offset
+        wgt = jnp.sum(jnp.where(lane == e, combine, 0.0), axis=-1, keepdims=True)  # [RP, 1]
+        if g.fmt:
+            gate = _qmatmul(g, xw, gate_b.at[slot], gate_scales[slot])
+            up = _qmatmul(g, xw, up_b.at[slot], up_scales[slot])
+        else:
+            gate, up = _matmul(xw, gate_b[slot]), _matmul(xw, up_b[slot])
+        if g.expert_bias:
+            gate = gate + _expert_row(biases[0], e_local, q % nc, g)
+            up = up + _expert_row(biases[1], e_local, q % nc, g)
+        act = _glu(g, gate, up)
+        y = (_qmatmul(g, act, down_b.at[slot], down_scales[slot])
+             if g.fmt else _matmul(act, down_b[slot]))
+        return acc + wgt * y
+
+    acc = jax.lax.fori_loop(0, n_items, item, jnp.zeros((g.rows_padded, g.hidden), jnp.float32))
+    if g.expert_bias:
+        down = _down_biases(g, combine, biases[2], expert_offset)
+        acc = acc + jnp.where(bias_here, down, 0.0)
+    rows = jax.lax.broadcasted_iota(jnp.int32, acc.shape, 0)
+    return jnp.where(rows < g.rows, acc, 0.0)
