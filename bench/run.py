@@ -392,6 +392,7 @@ def _run_job(name, devices, layers, timeout, no_aot) -> dict:
 
 
 def main(argv=None) -> int:
+    import megakernel.kinds  # noqa: F401 - every op kind's rules
     p = argparse.ArgumentParser(prog="python -m bench.run")
     p.add_argument("--budget", type=float, default=20 * 60,
                    help="seconds for the whole bench (default 1200)")

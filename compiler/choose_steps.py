@@ -71,7 +71,7 @@ class StepsChoice:
 def recommend(plan: Plan, *, context: int | None = None) -> StepsChoice:
     """The rule applied to ``plan``'s modeled costs; ``context``, when the user
     fixed it, caps N by the room left after it."""
-    from megakernel.backends.pallas_tpu.kernels.step_loop import STEPPING
+    from megakernel.compiler.stepping import STEPPING
 
     model, req, c = plan.model, plan.request, plan.cost
     launch, copy, moved = c.launch_ms / 1e3, c.copy_ms / 1e3, c.copy_bytes

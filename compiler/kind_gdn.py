@@ -20,6 +20,7 @@ from megakernel.compiler.plan_buffers import BUFFERS, OpLayout
 from megakernel.compiler.plan_operands import CONSTANTS, UPDATES
 from megakernel.compiler.shard_rules import (SHARDING, LayerSharding, ShardRule, Split, StateShard,
                                              on_axis)
+from megakernel.compiler.geometry import gdn
 from megakernel.errors import ShardingError
 
 
@@ -87,7 +88,6 @@ SHARDING.register("gated_deltanet")(ShardRule(
 
 @BUFFERS.register("gated_deltanet")
 def _buffers(cx, node) -> OpLayout:
-    from megakernel.backends.pallas_tpu.kernels import gdn
 
     op = node.op
     cores = cx.request.devices
@@ -109,7 +109,6 @@ def _updates(op, state: str, spec, layout, request, cores: int):
     for the recurrent state, per value head of this core, ``gdn.window`` rows
     (row i*T + t) of its key, delta-rule update and the call's log-decays
     summed up to the row."""
-    from megakernel.backends.pallas_tpu.kernels import gdn
 
     w = gdn.window(request.tokens, request.steps)
     if state != "recurrent":
@@ -131,7 +130,6 @@ def _cost(cx, node, ph: dict) -> dict:
     update windows stored, and read back on a later step of a multi-step call:
     streaming bytes like the ring's) and the vector work (the library's count).
     The commit after the call is charged per call (cost.py)."""
-    from megakernel.backends.pallas_tpu.kernels import gdn
 
     stream = next(s for s in cx.memory.states
                   if s.stack == cx.ss.stack and s.node == node.name)

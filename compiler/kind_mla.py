@@ -33,6 +33,7 @@ from megakernel.compiler.plan_buffers import BUFFERS, OpLayout
 from megakernel.compiler.plan_operands import CONSTANTS
 from megakernel.compiler.shard_rules import REP, SHARDING, LayerSharding, ShardRule, Split, \
     StateShard
+from megakernel.compiler.geometry import mla
 from megakernel.errors import ShardingError
 
 FORMS = ("absorbed", "expanded")
@@ -110,7 +111,6 @@ def _heads(ss, node) -> int:
 
 @BUFFERS.register("mla")
 def _buffers(cx, node) -> OpLayout:
-    from megakernel.backends.pallas_tpu.kernels import mla
 
     op, s = node.op, cx.ss.stack
     kv = next(x for x in cx.kv if x.stack == s and x.node == node.name)

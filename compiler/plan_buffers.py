@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, Need, OpGeometry, Space
 from megakernel.compiler.layout import padded_bytes, scratch_bytes, smem_bytes
-from megakernel.backends.pallas_tpu.kernels import attention
-from megakernel.backends.pallas_tpu.kernels import moe
+from megakernel.compiler.geometry import attention, moe
 from megakernel.registry import Registry
 
 

@@ -145,7 +145,7 @@ def _check_stepped_state(model: Model, steps: int) -> None:
     """Every state-owning op's kind must carry its state across the steps of a
     call: its kernel library says so in ``STEPPING`` (a kind without a rule
     there is a MissingRuleError naming it)."""
-    from megakernel.backends.pallas_tpu.kernels.step_loop import STEPPING
+    from megakernel.compiler.stepping import STEPPING
 
     for st in model.stacks:
         for node in st.layer.nodes:

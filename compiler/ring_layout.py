@@ -128,7 +128,7 @@ def banks_static(runs, num_banks: int, steps: int = 1, total: int = 0) -> bool:
     semaphores by a constant rather than by one computed from the layer
     index, which libtpu's static schedule shows costs the core less
     (docs/floors.md). The planner (``WeightStream.constant_tiles``) and the
-    kernel's ring (backends/pallas_tpu/ring.Stream) decide per run."""
+    kernel's ring (backends/pallas_tpu/kernels/ring.py, Stream) decide per run."""
     return all(run_banks_static(runs, t0, num_banks, steps, total) for t0, _, _ in runs)
 
 
@@ -153,7 +153,7 @@ def run_of(runs, j: int) -> tuple[int, int, int, int]:
     holding tile ``j`` of a stack whose body has runs of equal layers
     (``runs``: (first tile, tiles, layers) each, in stream order). Shared by
     the planner's stream (tile_weights.StackStream) and the kernel's ring
-    (backends/pallas_tpu/ring.Segment)."""
+    (backends/pallas_tpu/kernels/ring.py, Segment)."""
     off = 0
     for t0, n, c in runs:
         if t0 <= j < t0 + n or (n == 0 and j == t0):

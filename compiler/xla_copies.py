@@ -10,7 +10,7 @@ on 2 cores, tiny-moe on 4, qwen3-8b on 4, docs/verification.md):
   that leaves the jit out of the custom call's buffer (``next_token``) and
   every aliased operand in. No state is aliased: appended and whole-access
   state are read only, and the call's new rows / updates feed the in-place
-  commit inside the jit (backends/pallas_tpu/kernels/appended_state.py, commit.py), so
+  commit inside the jit (backends/pallas_tpu/kernels/appended_state.py, state_commit.py), so
   neither they nor the state are copied (a state operand without either
   would be copied in and out);
 - one-element SMEM step operands (a batch of 1's token id and position, the

@@ -12,7 +12,10 @@ Adding an op kind is therefore a list of registrations (docs/architecture.md,
 "Adding an op kind"), and ``missing(kind)`` tells which are still absent.
 The core kinds register in each stage's own module; other kinds bring one
 module per layer (``ir/kind_*.py``, ``models/kind_*.py``, ...), all listed in
-``megakernel/kinds.py``, which every registry imports before its first lookup.
+``megakernel/kinds.py``. The registry imports nothing above it: the entry
+points (the CLI, the test kit's pytest plugin, bench) import
+``megakernel.kinds``, which registers every kind and then checks, with
+``check_complete``, that every kind has every rule it needs.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ _ALL: list["Registry"] = []
 _LOADED = False
 
 
-def _load_kinds() -> None:
-    """Import every kind module once, so each registry holds all its rules."""
+def mark_loaded() -> None:
+    """Called by megakernel/kinds.py once every kind module is imported."""
     global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        import megakernel.kinds  # noqa: F401 - registers the kinds' rules
+    _LOADED = True
+
+
+def _not_loaded_hint() -> str:
+    return ("" if _LOADED else "; no kind registrations are loaded: import megakernel.kinds "
+            "first (the CLI, the pytest plugin and bench do)")
 
 
 class MissingRuleError(MegakernelError, LookupError):
@@ -45,8 +51,13 @@ class Registry(Generic[Rule]):
     is the module that registers them (named in the error). A table keyed by
     something else than op kinds (the card's mixers) says ``per_op_kind=False``."""
 
-    def __init__(self, rule: str, home: str, *, per_op_kind: bool = True):
+    def __init__(self, rule: str, home: str, *, per_op_kind: bool = True,
+                 needed_by: Callable[[type], bool] | None = None, need: str = ""):
+        """``needed_by``: for a table only some op kinds need (``per_op_kind``
+        False), which ones, from the kind's op class (``need`` says it in words);
+        ``check_complete`` holds those kinds to it at start-up."""
         self.rule, self.home, self.per_op_kind = rule, home, per_op_kind
+        self.needed_by, self.need = needed_by, need
         self._rules: dict[str, Rule] = {}
         _ALL.append(self)
 
@@ -62,7 +73,6 @@ class Registry(Generic[Rule]):
 
     def __call__(self, kind: str, where: str = "") -> Rule:
         """The rule of ``kind``; ``where`` names the node for the error."""
-        _load_kinds()
         try:
             return self._rules[kind]
         except KeyError:
@@ -70,21 +80,18 @@ class Registry(Generic[Rule]):
             raise MissingRuleError(
                 f"no {self.rule} rule for op kind {kind!r}{place}",
                 hint=f"register one in {self.home}; kinds with one: "
-                     f"{', '.join(sorted(self._rules))}") from None
+                     f"{', '.join(sorted(self._rules))}{_not_loaded_hint()}") from None
 
     def __contains__(self, kind: str) -> bool:
-        _load_kinds()
         return kind in self._rules
 
     def __getitem__(self, kind: str) -> Rule:
         return self(kind)
 
     def kinds(self) -> frozenset[str]:
-        _load_kinds()
         return frozenset(self._rules)
 
     def items(self):
-        _load_kinds()
         return sorted(self._rules.items())
 
     def values(self):
@@ -105,5 +112,28 @@ def registries() -> tuple[Registry, ...]:
 def missing(kind: str) -> list[str]:
     """Names of the rules op kind ``kind`` still lacks, over every registry
     keyed by op kind (tables keyed otherwise, like the card's mixers, aside)."""
-    _load_kinds()
     return [r.rule for r in _ALL if r.per_op_kind and kind not in r]
+
+
+def gaps(op_classes: dict[str, type]) -> list[str]:
+    """Every (rule, kind) still missing: each op kind of ``op_classes`` (kind ->
+    its op class) against every per-kind table, and against each table only
+    some kinds need where its ``needed_by`` says this kind does."""
+    out = []
+    for r in _ALL:
+        for kind, cls in sorted(op_classes.items()):
+            needed = r.per_op_kind or (r.needed_by is not None and r.needed_by(cls))
+            if needed and kind not in r._rules:
+                why = f" ({r.need})" if r.need and not r.per_op_kind else ""
+                out.append(f"no {r.rule} rule for op kind {kind!r}{why}: register one in {r.home}")
+    return out
+
+
+def check_complete(op_classes: dict[str, type]) -> None:
+    """Start-up check (megakernel/kinds.py): every kind has every rule it needs,
+    else one MissingRuleError listing each gap."""
+    missing_rules = gaps(op_classes)
+    if missing_rules:
+        raise MissingRuleError(f"{len(missing_rules)} rule(s) missing: " + "; ".join(missing_rules),
+                               hint="docs/architecture.md, 'Adding an op kind', lists every "
+                                    "registry and the module that registers into it")

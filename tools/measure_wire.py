@@ -24,6 +24,7 @@ from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.models.weights import init_weights
 from megakernel.testing import hybrid_configs, model_configs
+import megakernel.kinds  # noqa: F401,E402 - every op kind's rules
 
 
 def main(argv: list[str]) -> int:

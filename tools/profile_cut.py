@@ -23,6 +23,7 @@ from megakernel.compiler.pipeline import plan_model
 from megakernel.errors import MegakernelError
 from megakernel.ir.config import build
 from megakernel.models import zoo
+import megakernel.kinds  # noqa: F401,E402 - every op kind's rules
 
 
 def main(argv: list[str]) -> int:

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import megakernel.kinds  # noqa: F401,E402 - every op kind's rules
 
 FIXTURES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "olmo2", "phi3",
             "mixtral", "qwen3_moe", "gpt_oss")

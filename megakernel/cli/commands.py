@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     # 8 asked for above when --devices wants them, before jax starts.
     if getattr(args, "devices", 1) > virtual_devices.count() and not virtual_devices.started():
         virtual_devices.configure(args.devices)
+    import megakernel.kinds  # noqa: F401 - every op kind's rules, checked complete
     try:
         with interrupts.raised(f"megakernel {args.command}"):
             return args.fn(args)

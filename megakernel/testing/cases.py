@@ -100,6 +100,8 @@ def check_case(model, case: DecodeCase, *, devices: int | None = None, seed: int
     from megakernel.backends.pallas_tpu.check import against_reference as run
     from megakernel.models import reference
 
+    import megakernel.kinds  # noqa: F401 - every op kind's rules
+
     devices = devices or (mesh.devices.size if mesh is not None else 1)
     preflight.require_devices(devices, mesh=mesh)
     preflight.require_plan(model, devices)

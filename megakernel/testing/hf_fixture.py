@@ -30,6 +30,8 @@ def check_hf_fixture(folder, *, devices: int = 1, overrides=None,
     from megakernel.models.checkpoint import load_checkpoint
     from megakernel.models.hf import from_hf
 
+    import megakernel.kinds  # noqa: F401 - every op kind's rules
+
     if prefill not in ("kernel", "reference"):
         raise ValueError(f"prefill={prefill!r}: expected 'kernel' or 'reference'")
     folder = Path(folder)

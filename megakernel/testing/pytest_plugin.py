@@ -93,6 +93,10 @@ def _started_too_early(n: int, wanted_by: str) -> str:
 
 
 def pytest_configure(config):
+    # Every op kind's rules, registered and checked complete (a kind missing a
+    # rule it needs fails here, at collection, not in the one test that meets it).
+    import megakernel.kinds  # noqa: F401
+
     config.addinivalue_line(
         "markers", "mk_devices(n): the test checks n-core kernels on n virtual CPU devices")
     seed = config.getoption("mk_seed")

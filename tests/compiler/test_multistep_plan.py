@@ -3,7 +3,7 @@ rules, the step buffers, the declared VMEM, and the per-call/per-step costs."""
 
 import pytest
 
-from megakernel.backends.pallas_tpu.kernels.step_loop import STEPPING, Stepping
+from megakernel.compiler.stepping import STEPPING, Stepping
 from megakernel.compiler.pipeline import plan_model
 from megakernel.errors import PlanningError
 from megakernel.models import zoo

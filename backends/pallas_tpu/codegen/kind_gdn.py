@@ -10,7 +10,7 @@ from __future__ import annotations
 from megakernel.backends.pallas_tpu.kernels.state_commit import COMMITS
 from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS, StackCtx, v
 from megakernel.backends.pallas_tpu.kernels.gdn import STATES
-from megakernel.backends.pallas_tpu.kernels.step_loop import STEPPING, Stepping
+from megakernel.compiler.stepping import STEPPING, Stepping
 
 
 @EMITTERS.register("gated_deltanet")

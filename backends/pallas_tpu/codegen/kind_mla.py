@@ -9,7 +9,7 @@ from __future__ import annotations
 from megakernel.backends.pallas_tpu.kernels import mla  # noqa: F401 - registers MLAGeometry for plan.json
 from megakernel.backends.pallas_tpu.codegen.declare import literal
 from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS, StackCtx, v
-from megakernel.backends.pallas_tpu.kernels.step_loop import STEPPING, Stepping
+from megakernel.compiler.stepping import STEPPING, Stepping
 
 
 @EMITTERS.register("mla")

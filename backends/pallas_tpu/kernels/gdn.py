@@ -5,7 +5,7 @@ Contract (the planner and the emitter use exactly these):
 
 ``GDNGeometry(batch, tokens, rows_padded, key_heads, value_heads, key_dim,
 value_dim, conv_kernel, norm_eps, conv_dtype, layers, key_replication, steps)``
-(gdn_geometry.py, re-exported here with ``buffers`` and the sizes)
+(compiler/geometry/gdn.py, re-exported here with ``buffers`` and the sizes)
 - one GDN node on one core (heads LOCAL to the core; local value head j reads
 local key head j // (value_heads // key_heads)); ``layers``: repetitions of
 its stack; ``steps``: decode steps per call.
@@ -76,7 +76,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu.kernels.gdn_geometry import (  # noqa: F401 - the library's contract
+from megakernel.compiler.geometry.gdn import (  # noqa: F401 - the library's contract
     STATES, GDNGeometry, buffers, conv_rows, update_width, value_bytes, vector_ops, window)
 from megakernel.backends.pallas_tpu.kernels.appended_state import when
 

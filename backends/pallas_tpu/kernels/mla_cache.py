@@ -22,20 +22,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from megakernel.backends.pallas_tpu.kernels import appended_state as new_rows
 from megakernel.backends.pallas_tpu.kernels.attention import _windows, window_start
-from megakernel.compiler.layout import LANES, round_up
-
-# f32 bytes of one chunk of latent rows (lanes padded): the largest value the
-# kernel makes from a tile. 256 KiB is 64 keys at DeepSeek's L = 576.
-CHUNK_BYTES = 256 * 1024
-
-
-def chunk_rows(g) -> int:
-    """Keys attended at once: the largest power of two dividing the tile whose
-    f32 latent rows fit ``CHUNK_BYTES`` (at least 16)."""
-    n = g.kv_tile
-    while n > 16 and (n * round_up(g.latent, LANES) * 4 > CHUNK_BYTES or g.kv_tile % n):
-        n //= 2
-    return n
+from megakernel.compiler.geometry.mla import chunk_rows  # noqa: F401 - re-exported
 
 
 def _tiles_before(g, start_ref, origin_ref, b):

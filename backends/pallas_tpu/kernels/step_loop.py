@@ -22,31 +22,13 @@ none: nothing of theirs outlives a step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import jax
 import jax.numpy as jnp
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental import pallas as pl
 
-from megakernel.registry import Registry
+from megakernel.compiler.stepping import STEPPING, Stepping
 
-
-@dataclass(frozen=True)
-class Stepping:
-    """How a state-owning kind's library behaves over the N steps of one call:
-    ``carries`` - it takes ``stopped`` and the step's positions and leaves a
-    stopped sequence's state unchanged; ``how`` - what it does (the report),
-    or, when it does not carry, why and what would change that."""
-
-    carries: bool
-    how: str
-
-
-# Keyed by the op kinds that own state (Op.state non-empty), not by every kind.
-STEPPING: Registry[Stepping] = Registry(
-    "multi-step", "the kind's kernel library (backends/pallas_tpu/kind_<name>.py)",
-    per_op_kind=False)
 
 STEPPING.register("attention")(Stepping(
     True, "writes each running sequence's K/V row at the step's position; a stopped "

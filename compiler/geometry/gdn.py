@@ -1,6 +1,6 @@
 """The geometry of one Gated DeltaNet node on one core, the buffers its
-kernel library (gdn.py) needs, and their sizes: what the planner reads
-(compiler/kind_gdn.py) without the kernel code. gdn.py re-exports all of it.
+kernel library (backends/pallas_tpu/kernels/gdn.py) needs, and their sizes: what
+the planner reads (compiler/kind_gdn.py) without the kernel code.
 
 After ``buffers(g)``: every VMEM buffer and semaphore array ``gdn.step``,
 ``fetch`` and ``drain`` use, by argument name, with its shape; the HBM update
