@@ -152,7 +152,7 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
     done(rec)
 
     from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
-    from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+    from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
     from megakernel.backends.pallas_tpu.codegen.load import compile_model
 
     tmp = tempfile.TemporaryDirectory(prefix=f"bench-{name}-") if out_dir is None else None
@@ -303,7 +303,7 @@ def _trace_replay(model, plan, weights, kdir, traced) -> dict:
     trace of its synchronised-ops variant (``bench/replay.py``; modeled), with
     both timelines drawn for the chart model."""
     from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
-    from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+    from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
     from megakernel.backends.pallas_tpu.codegen.load import compile_model
     from megakernel.backends.pallas_tpu.codegen import load
     from megakernel.backends.pallas_tpu.check import trace_dmas as trace

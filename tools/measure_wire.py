@@ -18,7 +18,7 @@ import sys
 from hypothesis import strategies as st
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.backends.pallas_tpu.check.against_reference import Tolerances
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build

@@ -114,7 +114,7 @@ def open_compiled(args, folder: str):
 
 def cmd_check(args) -> int:
     from megakernel.cli.artifact import is_compiled
-    from megakernel.backends.pallas_tpu.check.against_reference import check
+    from megakernel.backends.pallas_tpu.check.kernel_check import check
     from megakernel.errors import CheckError
 
     module = None
@@ -224,7 +224,7 @@ def cmd_demo(args) -> int:
     from pathlib import Path
 
     from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
-    from megakernel.backends.pallas_tpu.check.against_reference import check
+    from megakernel.backends.pallas_tpu.check.kernel_check import check
     from megakernel.backends.pallas_tpu.codegen import load
     from megakernel.compiler import report
     from megakernel.models.weights import init_weights

@@ -8,7 +8,7 @@ calls of 2 tokens against the reference."""
 import numpy as np
 import jax.numpy as jnp
 
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.backends.pallas_tpu.kernels import state_commit as commit
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.backends.pallas_tpu.codegen.load import compile_model
 from megakernel.backends.pallas_tpu.codegen import emit
 from megakernel.backends.pallas_tpu.check import trace_dmas as trace

@@ -5,7 +5,7 @@ tiles, and lm_head loops over those groups (backends/pallas_tpu/kernels/blocks.p
 
 import dataclasses
 
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.backends.pallas_tpu.kernels import blocks as runtime
 from megakernel.backends.pallas_tpu.kernels.ring import Tile
 from megakernel.compiler.pipeline import plan_model

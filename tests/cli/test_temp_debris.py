@@ -34,7 +34,7 @@ def test_a_failing_check_removes_its_kernel_too(tmp_path, monkeypatch):
     import tempfile
     from pathlib import Path
 
-    from megakernel.backends.pallas_tpu.check import against_reference as run
+    from megakernel.backends.pallas_tpu.check import kernel_check as run
     from megakernel.compiler.pipeline import plan_model
     from megakernel.models import load_model
 

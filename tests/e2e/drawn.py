@@ -4,7 +4,7 @@ a test module): the kernel in strict interpret mode against the reference."""
 from hypothesis import strategies as st
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.models.weights import init_weights
 
 

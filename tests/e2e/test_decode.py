@@ -8,7 +8,7 @@ KV caches with the reference.
 
 import pytest
 
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import MLAConfig, ModelConfig, MoEConfig, build
 from megakernel.models import zoo

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from jax.experimental.pallas import tpu as pltpu
 
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import build
 from megakernel.models.weights import init_weights

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.request import Overrides
 from megakernel.ir.config import ModelConfig, MoEConfig, build

@@ -6,7 +6,7 @@ cores in strict interpret mode against the reference."""
 import pytest
 
 from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.backends.pallas_tpu.codegen.load import compile_model
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import LayerBuilder

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from megakernel.backends.pallas_tpu.check.against_reference import check as check_kernel
+from megakernel.backends.pallas_tpu.check.kernel_check import check as check_kernel
 from megakernel.compiler.pipeline import plan_model
 from megakernel.errors import PlanningError
 from megakernel.models.weights import init_weights

@@ -315,7 +315,7 @@ def test_the_cli_names_a_bad_quantization_config(tmp_path, capsys):
 def test_shipped_fp8_deepseek_through_the_kernel(deepseek):
     """The fp8 checkpoint on one core in strict interpret mode against the
     reference (~13 s). Measured: max logit error 2.4e-7, caches equal."""
-    from megakernel.backends.pallas_tpu.check.against_reference import check
+    from megakernel.backends.pallas_tpu.check.kernel_check import check
     from megakernel.compiler.pipeline import plan_model
 
     model = build(from_hf(deepseek[0]))

@@ -7,7 +7,7 @@ import pytest
 
 from megakernel import quantize
 from megakernel.backends.pallas_tpu.check import trace_dmas as trace
-from megakernel.backends.pallas_tpu.check.against_reference import check
+from megakernel.backends.pallas_tpu.check.kernel_check import check
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.shard import shard_weights
 from megakernel.errors import PlanningError

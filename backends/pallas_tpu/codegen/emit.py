@@ -19,17 +19,12 @@ from megakernel.backends.pallas_tpu.codegen import declare
 from megakernel.backends.pallas_tpu.codegen import prologue_epilogue as frame
 from megakernel.backends.pallas_tpu.codegen import operands as pack
 from megakernel.backends.pallas_tpu.codegen.declare import literal
+from megakernel.backends.pallas_tpu.codegen.emitters import EMITTERS, v  # noqa: F401 - kind modules' names
 from megakernel.compiler import layout
 from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import EmitError
-from megakernel.registry import Registry
 
 TEMPLATES = Path(__file__).parent / "templates"
-
-
-def v(tensor: str) -> str:
-    """Python variable of a layer tensor."""
-    return f"t_{tensor}"
 
 
 class StackCtx:
@@ -169,10 +164,6 @@ def _parity(offset: int, terms) -> str:
     if not odd:
         return literal(offset % 2)
     return f"({literal(offset % 2)} + {' + '.join(odd)}) % 2"
-
-
-# One rule per op kind: (stack context, node) -> source lines of the layer body.
-EMITTERS: Registry = Registry("emitter", "backends/pallas_tpu/codegen/emit.py")
 
 
 @EMITTERS.register("rmsnorm")

@@ -82,7 +82,7 @@ def _embed_lines(model, plan, tokens: str) -> list[str]:
 def _embed_ops(model) -> list[str]:
     """The model's embed ops on the whole embedded rows, by their own emitters
     (after the all-reduce: each core then holds every row)."""
-    from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS
+    from megakernel.backends.pallas_tpu.codegen.emitters import EMITTERS
     from megakernel.ir.graph import OpNode
 
     if not model.embed_ops:
@@ -97,7 +97,7 @@ def _embed_ops(model) -> list[str]:
 
 def _logit_ops(model) -> list[str]:
     """``def logit_ops(t_logits)``: the model's logit ops, by their own emitters."""
-    from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS
+    from megakernel.backends.pallas_tpu.codegen.emitters import EMITTERS
     from megakernel.ir.graph import OpNode
 
     if not model.logit_ops:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from megakernel.backends.pallas_tpu.codegen import declare
 from megakernel.backends.pallas_tpu.codegen.declare import literal
-from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS, StackCtx, v
+from megakernel.backends.pallas_tpu.codegen.emitters import EMITTERS, v
 from megakernel.compiler.plan_buffers import VECTORS
+
+# ``c`` is emit.StackCtx: emit.render calls this module, so it is not imported
+# back (annotations are strings under ``from __future__ import annotations``).
 
 
 def _vectors(c: StackCtx, names, var: str, first: int = 0) -> str:

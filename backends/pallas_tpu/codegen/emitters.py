@@ -1,0 +1,16 @@
+"""The emitter table: one rule per op kind, (stack context, node) -> the source
+lines of its op inside a stack's layer body (emit.py registers the core kinds,
+kind_*.py the others). Kept apart from emit.py so the modules emit.py calls
+(the prologue and epilogue, the stack loops) read the table without importing
+emit.py back."""
+
+from __future__ import annotations
+
+from megakernel.registry import Registry
+
+EMITTERS: Registry = Registry("emitter", "backends/pallas_tpu/codegen/emit.py or kind_<name>.py")
+
+
+def v(tensor: str) -> str:
+    """Python variable of a layer tensor."""
+    return f"t_{tensor}"
