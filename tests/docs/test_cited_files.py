@@ -17,6 +17,7 @@ a folder name that follows no path character, so ``transformers/models/x.py``
 or ``.venv/.../x.py`` are not read as ``models/x.py``.
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -32,7 +33,7 @@ OUTSIDE = re.compile(rf"(?<![\w./-])((?:/tmp/|\.\./)[\w./-]*?{_END})")
 # Folders the code writes into and git ignores: a citation of an output there
 # (bench/results/bench.json) names a file that exists once the tool has run.
 OUTPUTS = ("bench/results/",)
-SKIP = (".venv", ".venv-hf", ".git", "tests/fixtures", "build", "out")
+SKIP = ("tests/fixtures", "build", "out")   # and every hidden folder (.venv, .git)
 
 # Stale citations in modules other engineers were moving when this test was
 # written (issue 32): they fix them there. Each is the cited path and what to
@@ -48,14 +49,16 @@ KNOWN_STALE = {
 
 
 def scanned_files() -> list[Path]:
+    """The files to scan, walking the tree without entering skipped or hidden folders
+    (a full virtualenv holds tens of thousands of files)."""
     files = []
-    for pattern in ("*.py", "*.md", "*.mk", "*.j2", "Makefile"):
-        for path in ROOT.rglob(pattern):
-            rel = path.relative_to(ROOT).as_posix()
-            if not any(rel == s or rel.startswith(s + "/") for s in SKIP) \
-                    and path != Path(__file__):       # this file's examples
-                files.append(path)
-    return sorted(files)
+    for folder, subfolders, names in os.walk(ROOT):
+        rel = Path(folder).relative_to(ROOT).as_posix()
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".")
+                               and f"{rel}/{d}".removeprefix("./") not in SKIP)
+        files += [Path(folder) / n for n in names
+                  if n.endswith((".py", ".md", ".mk", ".j2")) or n == "Makefile"]
+    return sorted(f for f in files if f != Path(__file__))   # this file's examples
 
 
 def citations():
