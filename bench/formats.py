@@ -4,13 +4,15 @@ beside its bf16 row (issue 13). Every number here is modeled.
 ``format_record(name, devices, quantize)`` plans the zoo model with the weight
 kinds of ``quantize`` in their formats, and the same model in bf16 on the same
 cores, or, where bf16 does not fit them, on the cores its bench row uses
-(``run.MODELS``). The rows are planned only (a plan takes seconds): the
+(``config.MODELS``). The rows are planned only (a plan takes seconds): the
 full-size TPU7x compiles of the quantized models are in the test suite
 (tests/quant/test_quantized_aot.py, tests/backends/test_aot_full.py) and
 their VMEM in docs/formats.md. ``render`` prints one table.
 """
 
 from __future__ import annotations
+
+from bench.config import MODELS
 
 # (zoo name, TensorCores, {weight kind: format}); kimi-k2 and deepseek-v3 do not
 # fit 16 cores in bf16, so their quantized rows halve the chips.
@@ -47,8 +49,6 @@ def _plan(name, devices, quantize):
 def format_record(name: str, devices: int, quantize: dict) -> dict:
     from megakernel.compiler.floors import floors
     from megakernel.errors import MegakernelError
-
-    from bench.run import MODELS
 
     rec = {"model": name, "cores": devices, "formats": label(quantize), "quantize": quantize}
     try:

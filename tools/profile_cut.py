@@ -8,7 +8,7 @@ geometry overrides: a quick way to bisect a kernel the profile pass refuses.
 ``KEY=VALUE`` replaces a card field (a Python literal); ``geo.KEY=VALUE`` fixes
 a planner choice (compiler/request.py ``Overrides``); ``context=N`` the planned
 context (256). Prints OK with the critical path by unit, or FAIL with libtpu's
-fatal line, and the seconds it took (docs/floors.md has what was bisected).
+fatal line, and the seconds it took (docs/changelog.md has what was bisected).
 """
 
 import ast

@@ -9,7 +9,7 @@ import pytest
 
 from megakernel.compiler.cost import Event
 
-from bench import run, table, timeline
+from bench import config, record, run, table, timeline
 
 
 def _is_number(x) -> bool:
@@ -18,19 +18,19 @@ def _is_number(x) -> bool:
 
 @pytest.fixture(scope="module")
 def tiny_record():
-    rec = run.bench_model("tiny-dense", 1)
+    rec = record.bench_model("tiny-dense", 1)
     return json.loads(json.dumps(rec))          # what bench.json would hold
 
 
 def test_record_has_modeled_numbers(tiny_record):
-    for key in run.NUMBER_FIELDS:
+    for key in config.NUMBER_FIELDS:
         assert _is_number(tiny_record[key]), key
     assert tiny_record["modeled_hbm_floor_ms"] <= tiny_record["modeled_step_ms"]
     assert tiny_record["modeled_sync_step_ms"] >= tiny_record["modeled_step_ms"] * 0.999
 
 
 def test_every_stage_has_a_number_or_a_reason(tiny_record):
-    for stage, fields in run.STAGE_FIELDS.items():
+    for stage, fields in config.STAGE_FIELDS.items():
         if stage in tiny_record["errors"]:
             assert isinstance(tiny_record["errors"][stage], str) and tiny_record["errors"][stage]
         elif stage in tiny_record["skipped"]:

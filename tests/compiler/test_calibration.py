@@ -19,9 +19,10 @@ def test_every_rate_is_derived_from_the_measured_cycles():
 
 
 def test_rates_agree_with_the_probes_of_platform_facts():
-    """platform-facts.md ("Compute at decode sizes", shared/probes/compute_floor,
-    written independently): 2^19 flop/cycle, 2,048 bf16 and 4,096 fp8 weights per
-    cycle, transposed pushes at half rate, one DMA at 1,688 B/cycle."""
+    """The project's platform notes ("Compute at decode sizes": probes outside this
+    repository, written independently of `megakernel calibrate`): 2^19 flop/cycle,
+    2,048 bf16 and 4,096 fp8 weights per cycle, transposed pushes at half rate,
+    one DMA at 1,688 B/cycle."""
     cal = calibration.load()
     assert cal.rate("flops_per_cycle") == 2**19
     assert cal.weights_per_cycle("bfloat16", False, "t") == 2048

@@ -27,6 +27,12 @@ from megakernel.errors import EmitError
 # Compiling from shapes needs no TPU: let several processes (parallel tests,
 # colleagues' tools) load libtpu instead of failing on its lockfile.
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+# On a machine with no TPU chip (jax's import then sets TPU_SKIP_MDS_QUERY)
+# libtpu finds neither its host bounds nor worker hostnames and prints errors
+# at start-up: say this host is alone. The compile is the same without them.
+if os.environ.get("TPU_SKIP_MDS_QUERY"):
+    os.environ.setdefault("TPU_HOST_BOUNDS", "1,1,1")
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
 
 
 @dataclass(frozen=True)

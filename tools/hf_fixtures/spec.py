@@ -1,0 +1,303 @@
+"""What each Hugging Face parity fixture is: one ``FixtureSpec`` per folder of
+tests/fixtures/hf, in the order they are generated, and the constants that fix
+their bytes (batch, prompt length, seeds, the init scales, the routing margins).
+
+Plain Python: no torch or transformers import, so the project's own venv and
+tests can read it. ``build.py`` turns a spec into a fixture, ``verify.py``
+re-checks one.
+
+The first five families (llama, qwen2, qwen3, qwen3_moe, mixtral) were written
+before the others, with a weight init that reads parameter names
+(``init="names"``) and 20 seed attempts; the rest read the class of the module
+owning each parameter (``init="owners"``), draw every parameter HF sets to a
+constant, and get 50 attempts. Both are kept so every committed fixture
+regenerates bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+B = 2  # batch
+T0 = 5  # prefill length
+STEPS = ("prefill", "decode_1", "decode_2")
+BASE_SEED = 20240601
+
+# Shared tiny geometry.
+TINY = dict(
+    vocab_size=128,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=256,
+    attention_dropout=0.0,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=None,
+)
+
+# Embedding std.  With RMSNorm in front of every sublayer the absolute scale of
+# the residual stream barely matters; this value keeps tied-embedding logits
+# (hidden_size ** 0.5 * std after the final norm) around O(2-3).
+EMBED_STD = 0.3
+ROUTER_SCALE = 4.0
+# Fail generation if any token's k-th vs (k+1)-th router logit gap is below this.
+MIN_ROUTER_GAP = 0.1
+# RMSNorm classes that scale by (1 + w) (weight zero-initialised by HF).
+ZERO_CENTRED_NORMS = {"Qwen3_5RMSNorm", "Qwen3NextRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm"}
+ROUTER_CLASSES = {"Qwen3NextTopKRouter", "DeepseekV3TopkRouter", "GptOssTopKRouter"}
+# Sigmoid routers (DeepSeek): minimum gap between the chosen and the next
+# candidate, in units of biased sigmoid score, for experts and for groups.
+MIN_SIGMOID_GAP = 0.005
+# An ablated term must move some logit by more than this (parity tolerance is
+# 1e-4 of the logit scale, which is O(1) here).
+ABLATION_MIN = 1e-2
+E_BIAS_STD = 0.1
+
+
+@dataclass
+class FixtureSpec:
+    """One fixture folder: the config and model class to build, their kwargs,
+    and how the generator initialises, routes and checks it."""
+
+    name: str  # folder under tests/fixtures/hf
+    model_type: str  # what the saved config.json says
+    config: str  # transformers config class name
+    model: str  # transformers causal-LM class name
+    kwargs: dict
+    init: str = "owners"  # "names" (first five families) or "owners"; see build.py
+    router: str | None = None  # None, "softmax" (mlp.gate), "gpt_oss" (mlp.router), "deepseek"
+    router_scale: float = ROUTER_SCALE
+    linear_state: bool = False  # store GDN conv/recurrent states
+    # (label, function(config) -> None) pairs; each must move the logits.
+    ablations: list[tuple[str, Callable]] = field(default_factory=list)
+    attempts: int = 50  # seeds tried until the routing margins are comfortable
+    llama3_rope: bool = False  # check and print that llama3 rope scaling changes frequencies
+
+
+def family_seed(name: str) -> int:
+    # Stable (not Python's salted hash()).
+    return BASE_SEED + sum((i + 1) * ord(c) for i, c in enumerate(name))
+
+
+def llama_rope_params(head_dim: int) -> dict:
+    """Llama-3.2-style rope scaling; checked to actually alter frequencies."""
+    return dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+                high_freq_factor=4.0, original_max_position_embeddings=8192)
+
+
+def _without(d: dict, *keys) -> dict:
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+def _set(**kw):
+    def fn(cfg):
+        for k, v in kw.items():
+            setattr(cfg, k, v)
+
+    return fn
+
+
+def _set_rope(**kw):
+    def fn(cfg):
+        cfg.rope_parameters = dict(cfg.rope_parameters, **kw)
+
+    return fn
+
+
+def _first(name: str, cls: str, **kwargs) -> FixtureSpec:
+    """A first-generation family: model_type = folder, name-based init, MoE
+    routing counted on ``mlp.gate``, 20 seed attempts."""
+    moe = "num_experts" in kwargs or "num_local_experts" in kwargs
+    return FixtureSpec(name, name, f"{cls}Config", f"{cls}ForCausalLM",
+                       dict(TINY, hidden_act="silu", **kwargs), init="names",
+                       router="softmax" if moe else None, attempts=20,
+                       llama3_rope=name == "llama")
+
+
+def _gdn_kwargs(**extra) -> dict:
+    return dict(
+        _without(TINY, "num_hidden_layers", "head_dim"),
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_conv_kernel_dim=4,
+        hidden_act="silu",
+        tie_word_embeddings=False,
+        attention_bias=False,
+        **extra,
+    )
+
+
+def _deepseek_kwargs(**extra) -> dict:
+    return dict(
+        _without(TINY, "num_key_value_heads", "head_dim"),
+        num_key_value_heads=4,  # MLA: HF repeats nothing; must equal the head count
+        q_lora_rank=32,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        moe_intermediate_size=32,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        routed_scaling_factor=2.5,
+        first_k_dense_replace=1,
+        norm_topk_prob=True,
+        hidden_act="silu",
+        tie_word_embeddings=False,
+        attention_bias=False,
+        num_mtp_layers=0,
+    ) | extra
+
+
+DEFAULT_ROPE = dict(rope_type="default", rope_theta=1000000.0)
+QWEN_DENSE = dict(tie_word_embeddings=False, attention_bias=False, use_sliding_window=False,
+                  sliding_window=None)
+
+
+def first_generation() -> list[FixtureSpec]:
+    """llama, qwen2, qwen3, qwen3_moe, mixtral."""
+    return [
+        _first("llama", "Llama", rope_parameters=llama_rope_params(TINY["head_dim"]),
+               tie_word_embeddings=True, attention_bias=False, mlp_bias=False),
+        _first("qwen2", "Qwen2", rope_parameters=dict(DEFAULT_ROPE), tie_word_embeddings=True,
+               use_sliding_window=False, sliding_window=None,
+               max_window_layers=TINY["num_hidden_layers"]),
+        _first("qwen3", "Qwen3", rope_parameters=dict(DEFAULT_ROPE), **QWEN_DENSE,
+               max_window_layers=TINY["num_hidden_layers"]),
+        _first("qwen3_moe", "Qwen3Moe", rope_parameters=dict(DEFAULT_ROPE), **QWEN_DENSE,
+               num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+               norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+               output_router_logits=False, router_aux_loss_coef=0.001),
+        _first("mixtral", "Mixtral", rope_parameters=dict(DEFAULT_ROPE), tie_word_embeddings=False,
+               sliding_window=None, num_local_experts=4, num_experts_per_tok=2,
+               output_router_logits=False, router_jitter_noise=0.0),
+    ]
+
+
+def second_generation() -> list[FixtureSpec]:
+    """Hybrid linear attention (Gated DeltaNet), MLA with group-limited sigmoid
+    routing, sliding windows, soft-capping, sinks, fused projections."""
+    deepseek_yarn = dict(rope_type="yarn", rope_theta=10000.0, factor=40.0, beta_fast=32.0,
+                         beta_slow=1.0, mscale=1.0, mscale_all_dim=0.8,
+                         original_max_position_embeddings=4096)
+    gpt_oss_yarn = dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                        beta_slow=1.0, truncate=False, original_max_position_embeddings=4096)
+    theta_1e4 = dict(rope_type="default", rope_theta=10000.0)
+    return [
+        FixtureSpec(
+            "qwen3_5", "qwen3_5_text", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+            _gdn_kwargs(
+                rope_parameters=dict(rope_type="default", rope_theta=10000000.0,
+                                     partial_rotary_factor=0.25, mrope_section=[2, 1, 1],
+                                     mrope_interleaved=True),
+                attn_output_gate=True),
+            linear_state=True),
+        FixtureSpec(
+            "qwen3_next", "qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM",
+            _gdn_kwargs(
+                rope_parameters=dict(rope_type="default", rope_theta=10000000.0,
+                                     partial_rotary_factor=0.25),
+                num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                shared_expert_intermediate_size=64, norm_topk_prob=True, decoder_sparse_step=1,
+                mlp_only_layers=[], output_router_logits=False, router_aux_loss_coef=0.001),
+            router="softmax", linear_state=True),
+        FixtureSpec(
+            "deepseek_v3", "deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM",
+            _deepseek_kwargs(n_group=2, topk_group=1, max_position_embeddings=163840,
+                             rope_parameters=deepseek_yarn),
+            router="deepseek", router_scale=2.0,
+            ablations=[
+                ("rope_interleave=False", _set(rope_interleave=False)),
+                ("topk_group=n_group (no group limit)", _set(topk_group=2)),
+                ("routed_scaling_factor=1", _set(routed_scaling_factor=1.0)),
+                ("mscale_all_dim=mscale", _set_rope(mscale_all_dim=1.0)),
+            ]),
+        FixtureSpec(
+            "deepseek_v3_nolora", "deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM",
+            _deepseek_kwargs(q_lora_rank=None, n_group=1, topk_group=1,
+                             rope_parameters=dict(theta_1e4)),
+            router="deepseek", router_scale=2.0,
+            ablations=[("rope_interleave=False", _set(rope_interleave=False))]),
+        FixtureSpec(
+            "mistral", "mistral", "MistralConfig", "MistralForCausalLM",
+            dict(TINY, hidden_act="silu", rope_parameters=dict(theta_1e4), sliding_window=4,
+                 tie_word_embeddings=False),
+            ablations=[("sliding_window=None", _set(sliding_window=None))]),
+        FixtureSpec(
+            "gemma2", "gemma2", "Gemma2Config", "Gemma2ForCausalLM",
+            dict(TINY, hidden_activation="gelu_pytorch_tanh", rope_parameters=dict(theta_1e4),
+                 query_pre_attn_scalar=24, sliding_window=4,
+                 layer_types=["sliding_attention", "full_attention"],
+                 attn_logit_softcapping=5.0, final_logit_softcapping=4.0,
+                 tie_word_embeddings=True, attention_bias=False),
+            ablations=[
+                ("sliding_window=64", _set(sliding_window=64)),
+                ("attn_logit_softcapping=None", _set(attn_logit_softcapping=None)),
+                ("final_logit_softcapping=None", _set(final_logit_softcapping=None)),
+                ("query_pre_attn_scalar=head_dim", _set(query_pre_attn_scalar=16)),
+            ]),
+        FixtureSpec(
+            "gemma3_text", "gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM",
+            dict(_without(TINY, "num_hidden_layers"), num_hidden_layers=6,
+                 hidden_activation="gelu_pytorch_tanh",
+                 rope_parameters={
+                     "sliding_attention": dict(theta_1e4),
+                     "full_attention": dict(rope_type="linear", rope_theta=1000000.0, factor=8.0),
+                 },
+                 query_pre_attn_scalar=24, sliding_window=4,
+                 layer_types=["sliding_attention"] * 5 + ["full_attention"],
+                 final_logit_softcapping=None, attn_logit_softcapping=None,
+                 tie_word_embeddings=True, attention_bias=False),
+            ablations=[
+                ("sliding_window=64", _set(sliding_window=64)),
+                ("query_pre_attn_scalar=head_dim", _set(query_pre_attn_scalar=16)),
+                ("local rope theta = global", lambda c: c.rope_parameters.__setitem__(
+                    "sliding_attention", dict(rope_type="default", rope_theta=1000000.0))),
+            ]),
+        FixtureSpec(
+            "olmo2", "olmo2", "Olmo2Config", "Olmo2ForCausalLM",
+            dict(_without(TINY, "head_dim"), hidden_act="silu",
+                 rope_parameters=dict(rope_type="default", rope_theta=500000.0),
+                 tie_word_embeddings=False, attention_bias=False)),
+        FixtureSpec(
+            "gpt_oss", "gpt_oss", "GptOssConfig", "GptOssForCausalLM",
+            dict(TINY, rms_norm_eps=1e-5, max_position_embeddings=131072,
+                 intermediate_size=96,  # != hidden, so [E, in, out] vs [E, out, in] shows
+                 num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+                 layer_types=["sliding_attention", "full_attention"], attention_bias=True,
+                 swiglu_limit=1.5, tie_word_embeddings=False, output_router_logits=False,
+                 rope_parameters=gpt_oss_yarn),
+            router="gpt_oss",
+            ablations=[
+                ("sliding_window=64", _set(sliding_window=64)),
+                ("swiglu_limit=7", _set(swiglu_limit=7.0)),
+            ]),
+        FixtureSpec(
+            "phi3", "phi3", "Phi3Config", "Phi3ForCausalLM",
+            dict(_without(TINY, "head_dim"), rms_norm_eps=1e-5, hidden_act="silu",
+                 rope_parameters=dict(theta_1e4, partial_rotary_factor=0.75),
+                 original_max_position_embeddings=256, sliding_window=None,
+                 tie_word_embeddings=True, resid_pdrop=0.0, embd_pdrop=0.0),
+            ablations=[("partial_rotary_factor=1", _set_rope(partial_rotary_factor=1.0))]),
+    ]
+
+
+def specs() -> list[FixtureSpec]:
+    """Every fixture, in the order the generator writes them."""
+    return first_generation() + second_generation()
+
+
+def names() -> list[str]:
+    return [s.name for s in specs()]
