@@ -3,7 +3,9 @@
 ``scratch_lines`` renders every scratch buffer of ``plan.memory`` (in plan
 order, by name); ``segment_tables`` the weight ring's tile tables (each tile's
 bank from ``plan.memory.ring``); ``geometry_lines`` each op library's geometry
-record, field by field. Every value written into the source goes through
+record, field by field; ``buffer_bundles`` each op library's buffers, as the
+plan bound them to a node, as one record the node's calls pass as ``bufs``.
+Every value written into the source goes through
 ``literal``, which accepts only checked Python values (bools, ints, finite
 floats, None, strings rendered as quoted literals) and refuses anything else,
 so nothing from a model file can reach the source as code.
@@ -89,6 +91,31 @@ def library_alias(library: str) -> str:
 
 def geometry_name(g) -> str:
     return f"{g.library.upper()}_S{g.stack}_{g.node}"
+
+
+def bundle_name(node: str) -> str:
+    """The kernel's variable of the buffers bound to op ``node`` (an identifier)."""
+    return f"{node}_bufs"
+
+
+def buffer_bundles(plan) -> list[str]:
+    """``<node>_bufs = <library>.Buffers(arg=buffer, ...)``: the buffers the plan
+    bound to each op with a kernel library, once per node name (a node of
+    every stack gets the same buffers)."""
+    mem, lines, seen = plan.memory, [], {}
+    for g in mem.geometries:
+        bound = mem.bound(g.stack, g.node)
+        name = bundle_name(g.node)
+        if name in seen:
+            if seen[name] != bound:
+                raise EmitError(f"op {g.node!r} of stack {g.stack} is bound to other buffers "
+                                "than the same node of an earlier stack",
+                                path=f"layers[{g.stack}].{g.node}")
+            continue
+        seen[name] = bound
+        args = ", ".join(f"{arg}={mem.buffer(buf).ident}" for arg, buf in bound.items())
+        lines.append(f"{name} = {library_alias(g.library)}.Buffers({args})")
+    return lines
 
 
 def geometry_lines(plan) -> list[str]:

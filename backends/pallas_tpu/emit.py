@@ -4,7 +4,8 @@ Table-driven: ``EMITTERS`` holds one rule per op kind; each returns the source
 lines of its op inside a stack's layer body, preceded by a
 ``# node: layers[s].{name}`` comment (load.py maps errors back to it). The
 module declares exactly the plan's buffers (``declare``), under the plan's
-names, and hands each op library the buffers the plan bound to its arguments.
+names, and hands each op library the buffers the plan bound to its node as
+one bundle, declared once.
 Every number in the source is a plan value rendered by ``declare.literal``;
 the template only arranges it.
 """
@@ -106,10 +107,9 @@ class StackCtx:
         return alias
 
     def buffers(self, node: str) -> str:
-        """``arg=buffer, ...``: the plan buffers bound to ``node``'s library."""
-        mem = self.plan.memory
-        return ", ".join(f"{arg}={mem.buffer(name).ident}"
-                         for arg, name in mem.bound(self.s, node).items())
+        """``bufs=<bundle>``: the plan buffers bound to ``node``'s library, as the
+        kernel bundles them once (``declare.buffer_bundles``)."""
+        return f"bufs={declare.bundle_name(node)}"
 
     def geometry(self, node: str) -> str:
         return declare.geometry_name(self.plan.memory.geometry_of(self.s, node))

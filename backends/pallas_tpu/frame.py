@@ -9,7 +9,7 @@ them (``Buffer.ident``); numbers come from the plan through ``literal``.
 
 from __future__ import annotations
 
-from megakernel.backends.pallas_tpu.declare import dtype_expr, literal
+from megakernel.backends.pallas_tpu.declare import buffer_bundles, dtype_expr, literal
 
 
 def allreduce_algorithm(plan) -> str | None:
@@ -41,6 +41,9 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
     aux = "".join(f"{_ident(plan, f'ring.aux{i}')}, " for i in range(len(mem.ring.aux)))
     steps = ", steps=STEPS_PER_CALL" if multi else ""
     lines = ["me = jax.lax.axis_index('x')" if n > 1 else "me = 0"]
+    bundles = buffer_bundles(plan)
+    if bundles:
+        lines += ["# each op library's buffers, as the plan bound them", *bundles]
     if not multi:
         lines.append("pos = rt.positions(start_pos, ROWS_PADDED, BATCH, TOKENS)")
     lines += [f"stream = rt.Stream(ring_banks, ring_sems, NUM_BANKS, SEGMENTS, "

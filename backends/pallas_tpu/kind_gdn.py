@@ -22,13 +22,13 @@ def _gdn(c: StackCtx, n) -> list[str]:
     step = "i" if c.multistep else "0"      # the step index of a multi-step call
     q, k, vv, z, b, a = (v(t) for t in n.inputs)
     taps = "(" + ", ".join(c.vec(f"{n.name}.conv_{p}") for p in "qkv") + ")"
-    c.before.append(f"{lib}.fetch({g}, {hbm}, {out}, 0, {step}, sync=APPENDED_SYNC, {bufs})"
+    c.before.append(f"{lib}.fetch({g}, {hbm}, {out}, 0, {step}, {bufs}, sync=APPENDED_SYNC)"
                     f"  # layers[{c.s}].{n.name}: repetition 0's state")
-    c.after.append(f"{lib}.drain({g}, {out}, sync=APPENDED_SYNC, {bufs})"
+    c.after.append(f"{lib}.drain({g}, {out}, {bufs}, sync=APPENDED_SYNC)"
                    f"  # layers[{c.s}].{n.name}: the last update stores")
     return [f"{v(n.outputs[0])} = {lib}.step({g}, ({q}, {k}, {vv}), {z}, {b}, {a}, {taps}, "
             f"{c.vec(n.name + '.A_log')}, {c.vec(n.name + '.dt_bias')}, "
-            f"{c.vec(n.name + '.norm')}, {hbm}, {out}, k, {step}, sync=APPENDED_SYNC, {bufs})"]
+            f"{c.vec(n.name + '.norm')}, {hbm}, {out}, k, {step}, {bufs}, sync=APPENDED_SYNC)"]
 
 
 @COMMITS.register("gated_deltanet")

@@ -7,6 +7,7 @@ first repetition's before the stack's loop, ``drain`` after it."""
 from __future__ import annotations
 
 from megakernel.backends.pallas_tpu import mla  # noqa: F401 - registers MLAGeometry for plan.json
+from megakernel.backends.pallas_tpu import declare
 from megakernel.backends.pallas_tpu.declare import literal
 from megakernel.backends.pallas_tpu.emit import EMITTERS, StackCtx, v
 from megakernel.backends.pallas_tpu.steps import STEPPING, Stepping
@@ -18,7 +19,6 @@ def _mla(c: StackCtx, n) -> list[str]:
     q, kv = v(n.inputs[0]), v(n.inputs[1])
     gate = v(n.inputs[2]) if op.output_gate else "None"
     table = f"{mem.buffer(f's{c.s}.{n.name}.inv_freq').ident}[...]" if op.rope else "None"
-    bound = mem.bound(c.s, n.name)
     lines = []
     expanded = mem.geometry_of(c.s, n.name).geometry.form == "expanded"
     for part in ("w_uk", "w_uv"):         # stream order: W_UK, then W_UV, into their buffers
@@ -26,7 +26,7 @@ def _mla(c: StackCtx, n) -> list[str]:
         flip = ", transpose=True" if expanded and part == "w_uk" else ""   # mla.buffers
         lines.append(f"rt.ring_to_ref(stream, {literal(c.s)}, k, "
                      f"S{c.s}_TILES.tiles[{first}:{first + count}], first={literal(first)}, "
-                     f"dst={mem.buffer(bound[part]).ident}{flip})")
+                     f"dst={declare.bundle_name(n.name)}.{part}{flip})")
     lib = c.library("mla")
     # The first latent window and tile of a repetition are started a layer ahead.
     state, prefetch = c.ahead(lib, n.name, ["latent"], "latent tile")
