@@ -21,6 +21,8 @@ from megakernel.compiler.buffers import Space
 from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import EmitError
 
+# The kernel's three groups of refs (runtime.bind), by the plan buffer's role.
+GROUPS = {"operand": "inputs", "output": "outputs", "scratch": "scratch"}
 SEMAPHORES = {"dma_semaphore": "pltpu.SemaphoreType.DMA",
               "semaphore": "pltpu.SemaphoreType.REGULAR"}
 LIBRARY_ALIASES = {"attention": "attn_lib", "moe": "moe_lib"}
@@ -44,6 +46,16 @@ def literal(value) -> str:
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     raise EmitError(f"a {type(value).__name__} value ({str(value)[:60]!r}) cannot be "
                     "emitted into the kernel source", path="emit.literal")
+
+
+def ref(plan, name: str) -> str:
+    """The kernel's expression of plan buffer ``name``: ``inputs.<ident>``,
+    ``outputs.<ident>`` or ``scratch.<ident>`` (its group of refs)."""
+    b = plan.memory.buffer(name)
+    if b.role not in GROUPS:
+        raise EmitError(f"plan buffer {name!r} ({b.role}) is not a ref of the kernel",
+                        path=f"plan.memory.{name}")
+    return f"{GROUPS[b.role]}.{b.ident}"
 
 
 def comment(text: str) -> str:
@@ -113,7 +125,7 @@ def buffer_bundles(plan) -> list[str]:
                                 path=f"layers[{g.stack}].{g.node}")
             continue
         seen[name] = bound
-        args = ", ".join(f"{arg}={mem.buffer(buf).ident}" for arg, buf in bound.items())
+        args = ", ".join(f"{arg}={ref(plan, buf)}" for arg, buf in bound.items())
         lines.append(f"{name} = {library_alias(g.library)}.Buffers({args})")
     return lines
 

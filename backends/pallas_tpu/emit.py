@@ -52,8 +52,7 @@ class StackCtx:
         # A multi-step call's state ops read the step's positions and leave
         # stopped sequences' state alone (backends/pallas_tpu/steps.py).
         self.multistep = plan.request.steps > 1
-        self.start_ref = (plan.memory.buffer("step.start").ident if self.multistep
-                          else "start_pos")
+        self.start_ref = declare.ref(plan, "step.start" if self.multistep else "start_pos")
         # Appended state: the call's first positions place each sequence's
         # window of new rows; the first step loads it from the cache
         # (backends/pallas_tpu/new_rows.py).
@@ -67,15 +66,14 @@ class StackCtx:
         """``, stopped=<ref>`` for a state op's library call in a multi-step call."""
         if not self.multistep:
             return ""
-        return f", stopped={self.plan.memory.buffer('step.stopped').ident}"
+        return f", stopped={declare.ref(self.plan, 'step.stopped')}"
 
     def appended(self, node: str, parts) -> str:
         """``cache, ..., new rows, ...`` of ``node``'s appended state: the
         read-only cache operands, then the outputs of the call's new rows."""
-        mem = self.plan.memory
-        caches = [mem.buffer(f"hbm.s{self.s}.{node}.{p}") for p in parts]
-        news = [mem.buffer(f"new.s{self.s}.{node}.{p}") for p in parts]
-        return ", ".join(b.ident for b in caches + news)
+        caches = [declare.ref(self.plan, f"hbm.s{self.s}.{node}.{p}") for p in parts]
+        news = [declare.ref(self.plan, f"new.s{self.s}.{node}.{p}") for p in parts]
+        return ", ".join(caches + news)
 
     def ahead(self, lib: str, node: str, parts, tile: str) -> tuple[str, str]:
         """(the state arguments of repetition k, the next repetition's
@@ -86,7 +84,8 @@ class StackCtx:
         appended = self.appended(node, parts)
 
         def state(layer: str) -> str:
-            return (f"{appended}, {layer}, {self.start_ref}, start_pos, {self.first_step}, "
+            origin = declare.ref(self.plan, "start_pos")     # the call's first positions
+            return (f"{appended}, {layer}, {self.start_ref}, {origin}, {self.first_step}, "
                     f"{self.buffers(node)}, sync=APPENDED_SYNC")
 
         where = f"layers[{self.s}].{node}"
@@ -98,7 +97,7 @@ class StackCtx:
 
     def hbm(self, param: str) -> str:
         """Kernel operand of this stack's weight ``param``."""
-        return self.plan.memory.buffer(f"hbm.s{self.s}.{param}").ident
+        return declare.ref(self.plan, f"hbm.s{self.s}.{param}")
 
     def library(self, module: str) -> str:
         """Import ``backends.pallas_tpu.<module>`` in the kernel; returns its alias."""
@@ -194,7 +193,7 @@ def _linear(c: StackCtx, n) -> list[str]:
 def _rope(c: StackCtx, n) -> list[str]:
     op = n.op
     heads = c.shard.width(n.inputs[0]) // op.head_dim
-    table = c.plan.memory.buffer(f"s{c.s}.{n.name}.inv_freq").ident
+    table = declare.ref(c.plan, f"s{c.s}.{n.name}.inv_freq")
     factor = op.attention_factor()
     extra = f", factor={literal(factor)}" if factor != 1.0 else ""
     return [f"{v(n.outputs[0])} = rt.rope({v(n.inputs[0])}, pos, {table}[...], "
@@ -277,9 +276,9 @@ def _add(c: StackCtx, n) -> list[str]:
     return [f"{v(n.outputs[0])} = {a} + {b}"]
 
 
-def _state_update(model, plan, op, index: int) -> dict:
-    """The STATE_UPDATES entry of whole-access state operand ``op``: its input
-    index, update output's shape and dtype, and its kind's commit."""
+def _state_update(model, plan, op) -> dict:
+    """The STATE_UPDATES entry of whole-access state operand ``op``: its name,
+    its update output's, and its kind's commit."""
     from megakernel.backends.pallas_tpu import commit
 
     node, state = op.source.rsplit(".", 1)
@@ -291,9 +290,8 @@ def _state_update(model, plan, op, index: int) -> dict:
         raise EmitError(f"commit {fn!r} of {where}.{state} is not a function of "
                         "backends/pallas_tpu/commit.py", path=f"{where}.{state}")
     args = ", ".join(f"{k}={literal(val)}" for k, val in kwargs.items())
-    buf = next(b for b in plan.memory.buffers if b.ident == op.updates)
-    return dict(input=index, name=op.updates, shape=literal(tuple(buf.shape)),
-                dtype=literal(buf.dtype), commit=f"lambda s, u, ran: cm.{fn}(s, u, ran, {args})")
+    return dict(input=op.name, output=op.updates,
+                commit=f"lambda s, u, ran: cm.{fn}(s, u, ran, {args})")
 
 
 def mem_shape(plan, ident: str) -> tuple[int, ...]:
@@ -322,11 +320,12 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         raise EmitError(f"state operands {unread} have neither new rows nor updates",
                         path="plan.operands", hint="give the kind an UPDATES rule "
                         "(compiler/plan_operands.py)")
-    news = [dict(input=i, name=ops[i].new_rows, shape=literal(mem_shape(plan, ops[i].new_rows)),
-                 dtype=literal(ops[i].dtype), rows=literal(mem_shape(plan, ops[i].new_rows)[2]),
+    news = [dict(input=ops[i].name, output=ops[i].new_rows,
+                 rows=literal(mem_shape(plan, ops[i].new_rows)[2]),
                  align=literal(layout.row_align(ops[i].dtype)),
                  seq=literal(ops[i].shape[2])) for i in appended]
-    updates = [_state_update(model, plan, ops[i], i) for i in whole]
+    updates = [_state_update(model, plan, ops[i]) for i in whole]
+    outputs = [b for b in plan.memory.buffers if b.role == "output"]
     body = frame.prologue_lines(model, plan, ctxs)
     step = frame.step_begin_lines(model, plan) if plan.request.steps > 1 else []
     from megakernel.backends.pallas_tpu import stack_loop    # it reads EMITTERS
@@ -339,6 +338,7 @@ def render(model, plan, *, synchronised: bool = False) -> str:
                 + ["    return carry", "",
                    "jax.lax.fori_loop(0, STEPS_PER_CALL, decode_step, 0)"])
     body += step
+    body = [f"    {line}" if line else "" for line in body]    # the kernel function's
     scratch = declare.scratch_lines(plan)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -354,15 +354,12 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         vmem_limit=int(plan.target.vmem_bytes), vmem_declared=mem.vmem_declared,
         libraries=sorted({(m, a) for c in ctxs for m, a in c.libraries.items()}),
         inputs=[dict(name=o.name, shape=literal(tuple(o.shape)), dtype=literal(o.dtype),
-                     space=literal(o.space)) for o in ops],
-        sharded=literal(tuple(o.sharded for o in ops)), new_rows=news, updates=updates,
+                     space=literal(o.space), sharded=literal(o.sharded)) for o in ops],
+        outputs=[dict(name=b.ident, shape=literal(tuple(b.shape)), dtype=literal(b.dtype),
+                      space=literal(b.space.value)) for b in outputs],
+        new_rows=news, updates=updates,
         max_seq_len=model.max_seq_len,
         segments=declare.segment_tables(plan, ctxs),
         segment_names=", ".join(f"S{c.s}_TILES" for c in ctxs) + ", HEAD_TILES",
-        geometry_lines=declare.geometry_lines(plan), scratch=scratch,
-        n_inputs=len(ops), n_outputs=1 + len(appended) + len(whole),
-        input_names=", ".join(o.name for o in ops),
-        output_names=", ".join(["next_token"] + [ops[i].new_rows for i in appended]
-                               + [ops[i].updates for i in whole]),
-        scratch_names=", ".join(name for name, _, _ in scratch), body=body,
+        geometry_lines=declare.geometry_lines(plan), scratch=scratch, body=body,
         collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised)

@@ -8,6 +8,7 @@ commits after the call (``COMMITS``: backends/pallas_tpu/commit.py)."""
 from __future__ import annotations
 
 from megakernel.backends.pallas_tpu.commit import COMMITS
+from megakernel.backends.pallas_tpu.declare import ref
 from megakernel.backends.pallas_tpu.emit import EMITTERS, StackCtx, v
 from megakernel.backends.pallas_tpu.gdn import STATES
 from megakernel.backends.pallas_tpu.steps import STEPPING, Stepping
@@ -16,9 +17,8 @@ from megakernel.backends.pallas_tpu.steps import STEPPING, Stepping
 @EMITTERS.register("gated_deltanet")
 def _gdn(c: StackCtx, n) -> list[str]:
     lib, g, bufs = c.library("gdn"), c.geometry(n.name), c.buffers(n.name)
-    mem = c.plan.memory
-    hbm = "(" + ", ".join(mem.buffer(f"hbm.s{c.s}.{n.name}.{p}").ident for p in STATES) + ")"
-    out = "(" + ", ".join(mem.buffer(f"new.s{c.s}.{n.name}.{p}").ident for p in STATES) + ")"
+    hbm = "(" + ", ".join(ref(c.plan, f"hbm.s{c.s}.{n.name}.{p}") for p in STATES) + ")"
+    out = "(" + ", ".join(ref(c.plan, f"new.s{c.s}.{n.name}.{p}") for p in STATES) + ")"
     step = "i" if c.multistep else "0"      # the step index of a multi-step call
     q, k, vv, z, b, a = (v(t) for t in n.inputs)
     taps = "(" + ", ".join(c.vec(f"{n.name}.conv_{p}") for p in "qkv") + ")"

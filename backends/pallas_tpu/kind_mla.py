@@ -18,7 +18,7 @@ def _mla(c: StackCtx, n) -> list[str]:
     op, mem = n.op, c.plan.memory
     q, kv = v(n.inputs[0]), v(n.inputs[1])
     gate = v(n.inputs[2]) if op.output_gate else "None"
-    table = f"{mem.buffer(f's{c.s}.{n.name}.inv_freq').ident}[...]" if op.rope else "None"
+    table = f"{declare.ref(c.plan, f's{c.s}.{n.name}.inv_freq')}[...]" if op.rope else "None"
     lines = []
     expanded = mem.geometry_of(c.s, n.name).geometry.form == "expanded"
     for part in ("w_uk", "w_uv"):         # stream order: W_UK, then W_UV, into their buffers

@@ -24,9 +24,10 @@ def _vectors(c: StackCtx, names, var: str, first: int = 0) -> str:
     mem = c.plan.memory
     hbm = "".join(f"{c.hbm(p)}, " for p in names)
     bound = mem.bound(c.s, VECTORS)
-    bufs = "".join(f"{mem.buffer(bound[p]).ident}, " for p in names)
+    bufs = "".join(f"{declare.ref(c.plan, bound[p])}, " for p in names)
     at = f", first={literal(first)}" if first else ""
-    return f"{var} = rt.Vectors(({hbm}), ({bufs}), vec_sems, sync=SYNCHRONISED{at})"
+    return (f"{var} = rt.Vectors(({hbm}), ({bufs}), {declare.ref(c.plan, 'vec.sems')}, "
+            f"sync=SYNCHRONISED{at})")
 
 
 def _layer_lines(c: StackCtx, nodes, vec: str, count: int) -> list[str]:
@@ -39,6 +40,11 @@ def _layer_lines(c: StackCtx, nodes, vec: str, count: int) -> list[str]:
         lines.append(f"# node: layers[{c.s}].{n.name}")
         lines += emitter(c, n) + c.reduce(n.name, n.outputs[0])
     return lines
+
+
+def residual(c: StackCtx) -> str:
+    """The residual stream's ref, read at the start of a layer and written at its end."""
+    return f"{declare.ref(c.plan, 'residual')}[...]"
 
 
 def _header(c: StackCtx) -> str:
@@ -55,12 +61,12 @@ def stack_body(c: StackCtx) -> list[str]:
     s, count = c.s, c.shard.count
     lines = [_header(c), _vectors(c, c.vectors, f"vec_s{s}"),
              f"vec_s{s}.start(0)", "__BEFORE__", f"def layer_s{s}(k, carry):",
-             f"    {v(c.layer.input)} = residual[...]"]
+             f"    {v(c.layer.input)} = {residual(c)}"]
     layer = _layer_lines(c, c.layer.nodes, f"vec_s{s}", count)
     # the residual read after the vectors' lines, as before runs
     lines[-1:-1] = [f"    {ln}" if ln else "" for ln in layer[:6]]
     lines += [f"    {ln}" for ln in layer[6:]]
-    lines += [f"    residual[...] = {v(c.layer.output)}", "    return carry", "",
+    lines += [f"    {residual(c)} = {v(c.layer.output)}", "    return carry", "",
               f"jax.lax.fori_loop(0, {literal(count)}, layer_s{s}, 0)", *c.after, ""]
     at = lines.index("__BEFORE__")
     return lines[:at] + c.before + [""] + lines[at + 1:]
@@ -90,8 +96,8 @@ def _run_stack_body(c: StackCtx) -> list[str]:
         every = c.vectors
         c.count, c.vec_of, c.vectors = c.shard.count * n, var, names
         inp, out = _run_io(c, nodes)
-        body = [f"{inp} = residual[...]"] + _layer_lines(c, nodes, var, c.count) + [
-            f"residual[...] = {out}"]
+        body = [f"{inp} = {residual(c)}"] + _layer_lines(c, nodes, var, c.count) + [
+            f"{residual(c)} = {out}"]
         c.vectors = every
         where = f"layers {first}..{first + n - 1} of the body" if n > 1 else \
             f"layer {first} of the body"
