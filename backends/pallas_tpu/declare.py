@@ -58,6 +58,12 @@ def ref(plan, name: str) -> str:
     return f"{GROUPS[b.role]}.{b.ident}"
 
 
+def tuple_of(items) -> str:
+    """Python source of a tuple of expressions: ``(a, b)``, ``(a,)`` or ``()``."""
+    items = list(items)
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
 def comment(text: str) -> str:
     """``text`` made safe for a one-line ``#`` comment (printable ASCII only)."""
     return "".join(ch if " " <= ch <= "~" else "?" for ch in str(text))[:200]
@@ -130,19 +136,27 @@ def buffer_bundles(plan) -> list[str]:
     return lines
 
 
-def geometry_lines(plan) -> list[str]:
+def geometry_lines(plan, max_seq_len: int) -> list[str]:
+    """Each op library's geometry record, field by field (a field equal to the
+    model's ``max_seq_len`` by the module's constant's name)."""
     out = []
     for g in plan.memory.geometries:
         record = g.geometry
         # Options at their default are left out: a plain model's source reads
         # as before the option existed.
-        fields = ", ".join(f"{f.name}={literal(getattr(record, f.name))}"
+        fields = ", ".join(f"{f.name}={_field(f.name, getattr(record, f.name), max_seq_len)}"
                            for f in dataclasses.fields(record)
                            if f.default is dataclasses.MISSING
                            or getattr(record, f.name) != f.default)
         out.append(f"{geometry_name(g)} = {library_alias(g.library)}."
                    f"{type(record).__name__}({fields})")
     return out
+
+
+def _field(name: str, value, max_seq_len: int) -> str:
+    if name == "max_seq_len" and value == max_seq_len:
+        return "MAX_SEQ_LEN"
+    return literal(value)
 
 
 def _tile_entry(ring, ref: int, t, sref: int | None = None) -> dict:

@@ -93,6 +93,8 @@ class StackCtx:
                            f"repetition 0's first window and {tile}")
         self.after.append(f"{lib}.drain({g}, {appended}, {count}, {self.buffers(node)}, "
                           f"sync=APPENDED_SYNC)  # {where}: the last windows' stores")
+        if self.count == 1:      # no next repetition to prefetch
+            return state("k"), None
         return state("k"), f"{lib}.prefetch({g}, {state('k + 1')}, when=k + 1 < {count})"
 
     def hbm(self, param: str) -> str:
@@ -145,7 +147,7 @@ class StackCtx:
                                             (f"k // {literal(site.run)}", site.seq_skip)))
         else:                    # a run of one layer: k is the repetition
             par = _parity(site.seq_offset, (("k", site.seq_stride + site.seq_skip),))
-        call = frame.allreduce_call(self.plan, v(tensor), par, site.name)
+        call = frame.allreduce_call(v(tensor), par, site.name)
         width, full = self.shard.width(tensor), self.model.hidden_size
         if width == full:
             return [call]
@@ -165,7 +167,9 @@ def _parity(offset: int, terms) -> str:
     odd = [t for t, c in terms if c % 2]
     if not odd:
         return literal(offset % 2)
-    return f"({literal(offset % 2)} + {' + '.join(odd)}) % 2"
+    if offset % 2 == 0:
+        return f"{odd[0]} % 2" if len(odd) == 1 else f"({' + '.join(odd)}) % 2"
+    return f"(1 + {' + '.join(odd)}) % 2"
 
 
 # One rule per op kind: (stack context, node) -> source lines of the layer body.
@@ -209,7 +213,7 @@ def _attention(c: StackCtx, n) -> list[str]:
     # The first window and KV tile of a repetition are started a layer ahead.
     state, prefetch = c.ahead(lib, n.name, "kv", "KV tile")
     return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, {state}"
-            f"{sinks}{c.stopped()})", prefetch]
+            f"{sinks}{c.stopped()})"] + ([prefetch] if prefetch else [])
 
 
 @EMITTERS.register("mlp")
@@ -231,7 +235,7 @@ def _mlp(c: StackCtx, n) -> list[str]:
 def _moe(c: StackCtx, n) -> list[str]:
     op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
     bias = c.vec(f"{n.name}.router_bias") if op.correction_bias else "None"
-    _, _, tp, local, _ = next(e for e in c.shard.experts if e[0] == n.name)
+    _, _, tp, _, _ = next(e for e in c.shard.experts if e[0] == n.name)
     lib = c.library("moe")
     experts = ", ".join(c.hbm(f"{n.name}.experts_{p}") for p in ("gate", "up", "down"))
     extra = ""
@@ -242,17 +246,18 @@ def _moe(c: StackCtx, n) -> list[str]:
         extra += f", experts_scales=({scales})"
     if op.expert_bias:      # the down biases once per group sharing an expert
         tables = ", ".join(c.vec(f"{n.name}.experts_{p}_bias") for p in ("gate", "up", "down"))
-        extra += f", biases=({tables}), bias_here=(me % {literal(tp)} == 0)"
+        extra += f", biases=({tables})"
+        if tp > 1:          # one core of each group adds them (every core when tp is 1)
+            extra += f", bias_here=(me % {literal(tp)} == 0)"
     # The router logits stream through the ring like any linear's output, one
     # weight chunk at a time: a router assembled as one value ([7168, 384] bf16
     # for Kimi-K2, 5.25 MiB) was held whole in VMEM beside the plan.
     # A profile build runs the cost model's count of expert items (profile_kernel.py).
     e = next(e for e in c.plan.memory.experts if e.stack == c.s and e.node == n.name)
     extra += f", static_items={literal(e.max_distinct * e.chunks)} if PROFILE_EXPERT_ITEMS else None"
-    lines = [c.linear("logits", x, f"{n.name}.router", op.num_experts),
-             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, logits, {bias}, "
-             f"{experts}, k, expert_base_s{c.s}_{n.name} * {literal(local)}, "
-             f"{c.buffers(n.name)}{extra})"]
+    lines = [c.linear("router_logits", x, f"{n.name}.router", op.num_experts),
+             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router_logits, {bias}, "
+             f"{experts}, k, {first_expert(c, n.name)}, {c.buffers(n.name)}{extra})"]
     if op.num_shared_experts:
         width = c.shard.param(f"{n.name}.shared_up").shape[1]
         lines += [c.linear("gate", x, f"{n.name}.shared_gate", width),
@@ -264,6 +269,15 @@ def _moe(c: StackCtx, n) -> list[str]:
                          f"{c.vec(n.name + '.shared_expert_gate')}, {literal(model_dtype(c))})")
         lines.append(f"{v(out)} = {v(out)} + shared")
     return lines
+
+
+def first_expert(c: StackCtx, node: str) -> str:
+    """The global id of this core's first local expert of MoE ``node``: its
+    expert group's (the core's index over the ``tp`` cores sharing a group,
+    times the experts per core), 0 without expert parallelism. The variable
+    is set before the step (``frame.prologue_lines``)."""
+    _, ep, _, _, _ = next(e for e in c.shard.experts if e[0] == node)
+    return f"first_expert_s{c.s}_{node}" if ep > 1 else "0"
 
 
 def model_dtype(c: StackCtx) -> str:
@@ -323,7 +337,8 @@ def render(model, plan, *, synchronised: bool = False) -> str:
     news = [dict(input=ops[i].name, output=ops[i].new_rows,
                  rows=literal(mem_shape(plan, ops[i].new_rows)[2]),
                  align=literal(layout.row_align(ops[i].dtype)),
-                 seq=literal(ops[i].shape[2])) for i in appended]
+                 seq="MAX_SEQ_LEN" if ops[i].shape[2] == model.max_seq_len
+                 else literal(ops[i].shape[2])) for i in appended]
     updates = [_state_update(model, plan, ops[i]) for i in whole]
     outputs = [b for b in plan.memory.buffers if b.role == "output"]
     body = frame.prologue_lines(model, plan, ctxs)
@@ -334,7 +349,7 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         step += stack_loop.stack_body(c)
     step += frame.epilogue_lines(model, plan)
     if plan.request.steps > 1:      # the step body in a loop over the call's steps
-        step = (["def decode_step(i, carry):"] + [f"    {ln}" if ln else "" for ln in step]
+        step = (["", "def decode_step(i, carry):"] + [f"    {ln}" if ln else "" for ln in step]
                 + ["    return carry", "",
                    "jax.lax.fori_loop(0, STEPS_PER_CALL, decode_step, 0)"])
     body += step
@@ -361,5 +376,6 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         max_seq_len=model.max_seq_len,
         segments=declare.segment_tables(plan, ctxs),
         segment_names=", ".join(f"S{c.s}_TILES" for c in ctxs) + ", HEAD_TILES",
-        geometry_lines=declare.geometry_lines(plan), scratch=scratch, body=body,
+        geometry_lines=declare.geometry_lines(plan, model.max_seq_len), scratch=scratch,
+        body=body,
         collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised)

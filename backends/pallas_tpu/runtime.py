@@ -25,7 +25,7 @@ from megakernel.errors import EmitError
 from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
 from megakernel.backends.pallas_tpu import commit as cm, dequant, new_rows as nr
 from megakernel.backends.pallas_tpu.collectives import (  # noqa: F401
-    all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
+    AllReduce, all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
 from megakernel.backends.pallas_tpu.ring import Segment, Stream, Tile, Vectors, tile_pieces  # noqa: F401
 from megakernel.backends.pallas_tpu.steps import begin_step, end_step  # noqa: F401
 
