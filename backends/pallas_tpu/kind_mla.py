@@ -31,8 +31,8 @@ def _mla(c: StackCtx, n) -> list[str]:
     # The first latent window and tile of a repetition are started a layer ahead.
     state, prefetch = c.ahead(lib, n.name, ["latent"], "latent tile")
     lines += [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kv}, {gate}, "
-              f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {state}{c.stopped()})", prefetch]
-    return lines
+              f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {state}{c.stopped()})"]
+    return lines + ([prefetch] if prefetch else [])
 
 
 STEPPING.register("mla")(Stepping(
