@@ -7,7 +7,8 @@ module declares exactly the plan's buffers (``declare``), under the plan's
 names, and hands each op library the buffers the plan bound to its node as
 one bundle, declared once.
 Every number in the source is a plan value rendered by ``declare.literal``;
-the template only arranges it.
+the template only arranges it, and no line of the module is longer than 120
+characters (``declare.wrap_source`` splits a longer one as a person would).
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ class StackCtx:
         news = [declare.ref(self.plan, f"new.s{self.s}.{node}.{p}") for p in parts]
         return ", ".join(caches + news)
 
-    def ahead(self, lib: str, node: str, parts, tile: str) -> tuple[str, str]:
+    def ahead(self, lib: str, node: str, parts, tile: str) -> tuple[str, str | None]:
         """(the state arguments of repetition k, the next repetition's
-        prefetch) of an op whose appended-state DMAs run a layer ahead
+        prefetch, None when the loop runs once) of an op whose appended-state DMAs run a layer ahead
         (attention, MLA: their libraries' prefetch / attend / drain); adds
         repetition 0's prefetch before the stack's loop and the drain after it."""
         g, count = self.geometry(node), literal(self.count)
@@ -304,8 +305,7 @@ def _state_update(model, plan, op) -> dict:
         raise EmitError(f"commit {fn!r} of {where}.{state} is not a function of "
                         "backends/pallas_tpu/commit.py", path=f"{where}.{state}")
     args = ", ".join(f"{k}={literal(val)}" for k, val in kwargs.items())
-    return dict(input=op.name, output=op.updates,
-                commit=f"lambda s, u, ran: cm.{fn}(s, u, ran, {args})")
+    return dict(input=op.name, output=op.updates, commit=f"partial(cm.{fn}, {args})")
 
 
 def mem_shape(plan, ident: str) -> tuple[int, ...]:
@@ -358,7 +358,7 @@ def render(model, plan, *, synchronised: bool = False) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     req, mem = plan.request, plan.memory
-    return env.get_template("kernel.py.j2").render(
+    return declare.wrap_source(env.get_template("kernel.py.j2").render(
         model_name=declare.comment(model.name), model_literal=literal(model.name),
         target=f"{plan.target.chip} ({plan.target.topology.name})",
         cores=plan.shard.cores, digest=plan.digest(), batch=req.batch, tokens=req.tokens,
@@ -375,7 +375,7 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         new_rows=news, updates=updates,
         max_seq_len=model.max_seq_len,
         segments=declare.segment_tables(plan, ctxs),
-        segment_names=", ".join(f"S{c.s}_TILES" for c in ctxs) + ", HEAD_TILES",
+        segment_names=declare.tuple_of([f"S{c.s}_TILES" for c in ctxs] + ["HEAD_TILES"]),
         geometry_lines=declare.geometry_lines(plan, model.max_seq_len), scratch=scratch,
         body=body,
-        collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised)
+        collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised))

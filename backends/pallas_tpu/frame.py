@@ -52,9 +52,11 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
     if libraries:
         lines += ["# each op library's buffers, as the plan bound them", *libraries]
     lines += reduce
-    lines += [f"stream = rt.Stream({ref(plan, 'ring.banks')}, {ref(plan, 'ring.sems')}, "
-              f"NUM_BANKS, SEGMENTS, "
-              f"{tuple_of(refs)}, {aux}sync=SYNCHRONISED{steps}, "
+    # One tuple per segment of SEGMENTS (the stacks', then the head's): the
+    # HBM weights its tiles are cut from, by Tile.ref.
+    lines += ["ring_weights = (", *(f"    {r}," for r in refs), ")",
+              f"stream = rt.Stream({ref(plan, 'ring.banks')}, {ref(plan, 'ring.sems')}, "
+              f"NUM_BANKS, SEGMENTS, ring_weights, {aux}sync=SYNCHRONISED{steps}, "
               "static_sems=STATIC_RING_SEMAPHORES)",
               "stream.prologue()   # first NUM_BANKS tiles of the step in flight"]
     for c in ctxs:       # each core's first expert (emit.first_expert): me // tp < ep
