@@ -120,3 +120,11 @@ def test_no_module_over_the_line_limit():
             if not skip & set(p.relative_to(ROOT).parts)
             and (n := len(p.read_text().splitlines())) > MAX_LINES]
     assert not long, f"modules over {MAX_LINES} lines (split by role): {long}"
+
+
+def test_pyproject_lists_every_package():
+    """A subpackage missing from pyproject's list installs without its modules."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(cfg["packages"])
+    found = {m for m, f in _modules().items() if f.name == "__init__.py" and not m.startswith("bench")}
+    assert found - listed == set(), f"add to pyproject's packages: {sorted(found - listed)}"

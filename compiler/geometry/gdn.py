@@ -3,7 +3,7 @@ kernel library (backends/pallas_tpu/kernels/gdn.py) needs, and their sizes: what
 the planner reads (compiler/kind_gdn.py) without the kernel code.
 
 After ``buffers(g)``: every VMEM buffer and semaphore array ``gdn.step``,
-``fetch`` and ``drain`` use, by argument name, with its shape; the HBM update
+``fetch`` and ``drain`` use, by name (``gdn.Buffers``), with its shape; the HBM update
 outputs' shapes are ``window`` / ``conv_rows`` / ``update_width``
 (compiler/kind_gdn.py's UPDATES rule).
 """

@@ -3,7 +3,7 @@
 On a machine with no TPU chip libtpu looks for its accelerator type, host
 bounds and worker hostnames at start-up and, finding none, printed error
 lines (``TPU_ACCELERATOR_TYPE``, ``TPU_WORKER_HOSTNAMES``) to stderr although
-the compile succeeded. backends/pallas_tpu/aot/compile.py tells it this host is alone.
+the compile succeeded. backends/pallas_tpu/aot/tpu_compile.py tells it this host is alone.
 """
 
 import os

@@ -39,16 +39,16 @@ def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
         # The megakernel's repetitions count from 0 in its stack loop (the
         # windows are numbered from there): the touched layers as a view.
         caches = tuple(r.at[pl.ds(layer_ref[0], loop)] for r in (kc, vc, kn, vn))
-        bufs = dict(zip(names, scr))
+        bufs = A.Buffers(**dict(zip(names, scr)))
 
         def body(i, c):
-            A.prefetch(g, *caches, i, start_ref, start_ref, True, **bufs)
+            A.prefetch(g, *caches, i, start_ref, start_ref, True, bufs=bufs)
             o_ref[i] = A.attend(g, q_ref[i], k_ref[i], v_ref[i], *caches, i, start_ref,
-                                start_ref, True, **bufs, sinks=sinks)
+                                start_ref, True, bufs=bufs, sinks=sinks)
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
-        A.drain(g, *caches, loop, **bufs)
+        A.drain(g, *caches, loop, bufs=bufs)
 
     cache = jax.ShapeDtypeStruct((layers, g.batch, A.window_rows(g), g.width), g.cache_dtype)
     smem = pl.BlockSpec(memory_space=pltpu.SMEM)

@@ -45,25 +45,25 @@ def build(g: M.MLAGeometry, layers: int, loop: int, interp, sync=False):
 
     def kernel(start_ref, layer_ref, q_ref, kv_ref, gate_ref, norm_ref, inv_ref, pos_ref,
                uk_ref, uv_ref, cache, o_ref, rows_out, *scr):
-        bufs = dict(zip(names, scr))
+        bufs = M.Buffers(**dict(zip(names, scr)))
         # The megakernel's repetitions count from 0 in its stack loop (the
         # windows are numbered from there): the touched layers as a view.
         state = tuple(r.at[pl.ds(layer_ref[0], loop)] for r in (cache, rows_out))
-        M.prefetch(g, *state, 0, start_ref, start_ref, True, sync=sync, **bufs)
+        M.prefetch(g, *state, 0, start_ref, start_ref, True, bufs=bufs, sync=sync)
 
         def body(i, c):
             uk = uk_ref[i]
-            bufs["w_uk"][...] = uk.T if g.form == "expanded" else uk
-            bufs["w_uv"][...] = uv_ref[i]
+            bufs.w_uk[...] = uk.T if g.form == "expanded" else uk
+            bufs.w_uv[...] = uv_ref[i]
             o_ref[i] = M.attend(g, q_ref[i], kv_ref[i], gate_ref[i] if g.output_gate else None,
                                 norm_ref[i], inv_ref[...] if g.rope else None, pos_ref[...],
-                                *state, i, start_ref, start_ref, True, sync=sync, **bufs)
-            M.prefetch(g, *state, i + 1, start_ref, start_ref, True, sync=sync, when=i + 1 < loop,
-                       **bufs)
+                                *state, i, start_ref, start_ref, True, bufs=bufs, sync=sync)
+            M.prefetch(g, *state, i + 1, start_ref, start_ref, True, bufs=bufs, sync=sync,
+                       when=i + 1 < loop)
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
-        M.drain(g, *state, loop, sync=sync, **bufs)
+        M.drain(g, *state, loop, bufs=bufs, sync=sync)
 
     cache = jax.ShapeDtypeStruct((layers, g.batch, window_rows(g), g.latent), g.cache_dtype)
     smem = pl.BlockSpec(memory_space=pltpu.SMEM)

@@ -37,7 +37,7 @@ def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
             bias = b_ref[...] if g.correction_bias else None
             logits = rt.matmul(x_ref[i], r_ref[...])       # as the emitter's ring linear
             o_ref[i] = M.moe_routed(g, x_ref[i], logits, bias, wg, wu, wd, layer_ref[0] + i,
-                                    off, **dict(zip(names, scr)))
+                                    off, bufs=M.Buffers(**dict(zip(names, scr))))
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)

@@ -97,7 +97,9 @@ def test_compile_writes_kernel_and_plan(compiled_dir):
     for name in ("kernel.py", "plan.json", "plan.md", "model.json", "request.json",
                  "manifest.json"):
         assert (compiled_dir / name).is_file(), name
-    assert "pl.pallas_call" in (compiled_dir / "kernel.py").read_text()
+    # the kernel, and its make_step handing it to the one pallas_call (runtime.make_step)
+    src = (compiled_dir / "kernel.py").read_text()
+    assert "def kernel(inputs, outputs, scratch):" in src and "rt.make_step(" in src
 
 
 def test_check_a_compiled_dir(compiled_dir, capsys):

@@ -114,7 +114,7 @@ def abstract_args(module, mesh, cores: int) -> list:
     """The call's operands as shapes (whole arrays, split along the mesh where
     the kernel shards them), in INPUTS order: what a trace or compile needs."""
     args = []
-    for (_, shape, dtype, _), sharded in zip(module.INPUTS, module.SHARDED):
+    for _, shape, dtype, _, sharded in module.INPUTS:
         shape = (shape[0] * cores, *shape[1:]) if sharded else shape
         spec = P("x") if sharded else P()
         args.append(jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec)))

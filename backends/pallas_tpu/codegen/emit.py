@@ -4,9 +4,11 @@ Table-driven: ``EMITTERS`` holds one rule per op kind; each returns the source
 lines of its op inside a stack's layer body, preceded by a
 ``# node: layers[s].{name}`` comment (load.py maps errors back to it). The
 module declares exactly the plan's buffers (``declare``), under the plan's
-names, and hands each op library the buffers the plan bound to its arguments.
+names, and hands each op library the buffers the plan bound to its node as
+one bundle, declared once.
 Every number in the source is a plan value rendered by ``declare.literal``;
-the template only arranges it.
+the template only arranges it, and no line of the module is longer than 120
+characters (``declare.wrap_source`` splits a longer one as a person would).
 """
 
 from __future__ import annotations
@@ -48,8 +50,7 @@ class StackCtx:
         # A multi-step call's state ops read the step's positions and leave
         # stopped sequences' state alone (backends/pallas_tpu/kernels/step_loop.py).
         self.multistep = plan.request.steps > 1
-        self.start_ref = (plan.memory.buffer("step.start").ident if self.multistep
-                          else "start_pos")
+        self.start_ref = declare.ref(plan, "step.start" if self.multistep else "start_pos")
         # Appended state: the call's first positions place each sequence's
         # window of new rows; the first step loads it from the cache
         # (backends/pallas_tpu/kernels/appended_state.py).
@@ -63,26 +64,26 @@ class StackCtx:
         """``, stopped=<ref>`` for a state op's library call in a multi-step call."""
         if not self.multistep:
             return ""
-        return f", stopped={self.plan.memory.buffer('step.stopped').ident}"
+        return f", stopped={declare.ref(self.plan, 'step.stopped')}"
 
     def appended(self, node: str, parts) -> str:
         """``cache, ..., new rows, ...`` of ``node``'s appended state: the
         read-only cache operands, then the outputs of the call's new rows."""
-        mem = self.plan.memory
-        caches = [mem.buffer(f"hbm.s{self.s}.{node}.{p}") for p in parts]
-        news = [mem.buffer(f"new.s{self.s}.{node}.{p}") for p in parts]
-        return ", ".join(b.ident for b in caches + news)
+        caches = [declare.ref(self.plan, f"hbm.s{self.s}.{node}.{p}") for p in parts]
+        news = [declare.ref(self.plan, f"new.s{self.s}.{node}.{p}") for p in parts]
+        return ", ".join(caches + news)
 
-    def ahead(self, lib: str, node: str, parts, tile: str) -> tuple[str, str]:
+    def ahead(self, lib: str, node: str, parts, tile: str) -> tuple[str, str | None]:
         """(the state arguments of repetition k, the next repetition's
-        prefetch) of an op whose appended-state DMAs run a layer ahead
+        prefetch, None when the loop runs once) of an op whose appended-state DMAs run a layer ahead
         (attention, MLA: their libraries' prefetch / attend / drain); adds
         repetition 0's prefetch before the stack's loop and the drain after it."""
         g, count = self.geometry(node), literal(self.count)
         appended = self.appended(node, parts)
 
         def state(layer: str) -> str:
-            return (f"{appended}, {layer}, {self.start_ref}, start_pos, {self.first_step}, "
+            origin = declare.ref(self.plan, "start_pos")     # the call's first positions
+            return (f"{appended}, {layer}, {self.start_ref}, {origin}, {self.first_step}, "
                     f"{self.buffers(node)}, sync=APPENDED_SYNC")
 
         where = f"layers[{self.s}].{node}"
@@ -90,11 +91,13 @@ class StackCtx:
                            f"repetition 0's first window and {tile}")
         self.after.append(f"{lib}.drain({g}, {appended}, {count}, {self.buffers(node)}, "
                           f"sync=APPENDED_SYNC)  # {where}: the last windows' stores")
+        if self.count == 1:      # no next repetition to prefetch
+            return state("k"), None
         return state("k"), f"{lib}.prefetch({g}, {state('k + 1')}, when=k + 1 < {count})"
 
     def hbm(self, param: str) -> str:
         """Kernel operand of this stack's weight ``param``."""
-        return self.plan.memory.buffer(f"hbm.s{self.s}.{param}").ident
+        return declare.ref(self.plan, f"hbm.s{self.s}.{param}")
 
     def library(self, module: str) -> str:
         """Import ``backends.pallas_tpu.<module>`` in the kernel; returns its alias."""
@@ -103,10 +106,9 @@ class StackCtx:
         return alias
 
     def buffers(self, node: str) -> str:
-        """``arg=buffer, ...``: the plan buffers bound to ``node``'s library."""
-        mem = self.plan.memory
-        return ", ".join(f"{arg}={mem.buffer(name).ident}"
-                         for arg, name in mem.bound(self.s, node).items())
+        """``bufs=<bundle>``: the plan buffers bound to ``node``'s library, as the
+        kernel bundles them once (``declare.buffer_bundles``)."""
+        return f"bufs={declare.bundle_name(node)}"
 
     def geometry(self, node: str) -> str:
         return declare.geometry_name(self.plan.memory.geometry_of(self.s, node))
@@ -143,7 +145,7 @@ class StackCtx:
                                             (f"k // {literal(site.run)}", site.seq_skip)))
         else:                    # a run of one layer: k is the repetition
             par = _parity(site.seq_offset, (("k", site.seq_stride + site.seq_skip),))
-        call = frame.allreduce_call(self.plan, v(tensor), par, site.name)
+        call = frame.allreduce_call(v(tensor), par, site.name)
         width, full = self.shard.width(tensor), self.model.hidden_size
         if width == full:
             return [call]
@@ -163,7 +165,9 @@ def _parity(offset: int, terms) -> str:
     odd = [t for t, c in terms if c % 2]
     if not odd:
         return literal(offset % 2)
-    return f"({literal(offset % 2)} + {' + '.join(odd)}) % 2"
+    if offset % 2 == 0:
+        return f"{odd[0]} % 2" if len(odd) == 1 else f"({' + '.join(odd)}) % 2"
+    return f"(1 + {' + '.join(odd)}) % 2"
 
 
 @EMITTERS.register("rmsnorm")
@@ -187,7 +191,7 @@ def _linear(c: StackCtx, n) -> list[str]:
 def _rope(c: StackCtx, n) -> list[str]:
     op = n.op
     heads = c.shard.width(n.inputs[0]) // op.head_dim
-    table = c.plan.memory.buffer(f"s{c.s}.{n.name}.inv_freq").ident
+    table = declare.ref(c.plan, f"s{c.s}.{n.name}.inv_freq")
     factor = op.attention_factor()
     extra = f", factor={literal(factor)}" if factor != 1.0 else ""
     return [f"{v(n.outputs[0])} = rt.rope({v(n.inputs[0])}, pos, {table}[...], "
@@ -203,7 +207,7 @@ def _attention(c: StackCtx, n) -> list[str]:
     # The first window and KV tile of a repetition are started a layer ahead.
     state, prefetch = c.ahead(lib, n.name, "kv", "KV tile")
     return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, {state}"
-            f"{sinks}{c.stopped()})", prefetch]
+            f"{sinks}{c.stopped()})"] + ([prefetch] if prefetch else [])
 
 
 @EMITTERS.register("mlp")
@@ -225,7 +229,7 @@ def _mlp(c: StackCtx, n) -> list[str]:
 def _moe(c: StackCtx, n) -> list[str]:
     op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
     bias = c.vec(f"{n.name}.router_bias") if op.correction_bias else "None"
-    _, _, tp, local, _ = next(e for e in c.shard.experts if e[0] == n.name)
+    _, _, tp, _, _ = next(e for e in c.shard.experts if e[0] == n.name)
     lib = c.library("moe")
     experts = ", ".join(c.hbm(f"{n.name}.experts_{p}") for p in ("gate", "up", "down"))
     extra = ""
@@ -236,17 +240,18 @@ def _moe(c: StackCtx, n) -> list[str]:
         extra += f", experts_scales=({scales})"
     if op.expert_bias:      # the down biases once per group sharing an expert
         tables = ", ".join(c.vec(f"{n.name}.experts_{p}_bias") for p in ("gate", "up", "down"))
-        extra += f", biases=({tables}), bias_here=(me % {literal(tp)} == 0)"
+        extra += f", biases=({tables})"
+        if tp > 1:          # one core of each group adds them (every core when tp is 1)
+            extra += f", bias_here=(me % {literal(tp)} == 0)"
     # The router logits stream through the ring like any linear's output, one
     # weight chunk at a time: a router assembled as one value ([7168, 384] bf16
     # for Kimi-K2, 5.25 MiB) was held whole in VMEM beside the plan.
     # A profile build runs the cost model's count of expert items (profile_kernel.py).
     e = next(e for e in c.plan.memory.experts if e.stack == c.s and e.node == n.name)
     extra += f", static_items={literal(e.max_distinct * e.chunks)} if PROFILE_EXPERT_ITEMS else None"
-    lines = [c.linear("logits", x, f"{n.name}.router", op.num_experts),
-             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, logits, {bias}, "
-             f"{experts}, k, expert_base_s{c.s}_{n.name} * {literal(local)}, "
-             f"{c.buffers(n.name)}{extra})"]
+    lines = [c.linear("router_logits", x, f"{n.name}.router", op.num_experts),
+             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router_logits, {bias}, "
+             f"{experts}, k, {first_expert(c, n.name)}, {c.buffers(n.name)}{extra})"]
     if op.num_shared_experts:
         width = c.shard.param(f"{n.name}.shared_up").shape[1]
         lines += [c.linear("gate", x, f"{n.name}.shared_gate", width),
@@ -260,6 +265,15 @@ def _moe(c: StackCtx, n) -> list[str]:
     return lines
 
 
+def first_expert(c: StackCtx, node: str) -> str:
+    """The global id of this core's first local expert of MoE ``node``: its
+    expert group's (the core's index over the ``tp`` cores sharing a group,
+    times the experts per core), 0 without expert parallelism. The variable
+    is set before the step (``frame.prologue_lines``)."""
+    _, ep, _, _, _ = next(e for e in c.shard.experts if e[0] == node)
+    return f"first_expert_s{c.s}_{node}" if ep > 1 else "0"
+
+
 def model_dtype(c: StackCtx) -> str:
     return c.model.dtype.value
 
@@ -270,9 +284,9 @@ def _add(c: StackCtx, n) -> list[str]:
     return [f"{v(n.outputs[0])} = {a} + {b}"]
 
 
-def _state_update(model, plan, op, index: int) -> dict:
-    """The STATE_UPDATES entry of whole-access state operand ``op``: its input
-    index, update output's shape and dtype, and its kind's commit."""
+def _state_update(model, plan, op) -> dict:
+    """The STATE_UPDATES entry of whole-access state operand ``op``: its name,
+    its update output's, and its kind's commit."""
     from megakernel.backends.pallas_tpu.kernels import state_commit as commit
 
     node, state = op.source.rsplit(".", 1)
@@ -284,9 +298,7 @@ def _state_update(model, plan, op, index: int) -> dict:
         raise EmitError(f"commit {fn!r} of {where}.{state} is not a function of "
                         "backends/pallas_tpu/kernels/state_commit.py", path=f"{where}.{state}")
     args = ", ".join(f"{k}={literal(val)}" for k, val in kwargs.items())
-    buf = next(b for b in plan.memory.buffers if b.ident == op.updates)
-    return dict(input=index, name=op.updates, shape=literal(tuple(buf.shape)),
-                dtype=literal(buf.dtype), commit=f"lambda s, u, ran: cm.{fn}(s, u, ran, {args})")
+    return dict(input=op.name, output=op.updates, commit=f"partial(cm.{fn}, {args})")
 
 
 def mem_shape(plan, ident: str) -> tuple[int, ...]:
@@ -315,11 +327,13 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         raise EmitError(f"state operands {unread} have neither new rows nor updates",
                         path="plan.operands", hint="give the kind an UPDATES rule "
                         "(compiler/plan_operands.py)")
-    news = [dict(input=i, name=ops[i].new_rows, shape=literal(mem_shape(plan, ops[i].new_rows)),
-                 dtype=literal(ops[i].dtype), rows=literal(mem_shape(plan, ops[i].new_rows)[2]),
+    news = [dict(input=ops[i].name, output=ops[i].new_rows,
+                 rows=literal(mem_shape(plan, ops[i].new_rows)[2]),
                  align=literal(layout.row_align(ops[i].dtype)),
-                 seq=literal(ops[i].shape[2])) for i in appended]
-    updates = [_state_update(model, plan, ops[i], i) for i in whole]
+                 seq="MAX_SEQ_LEN" if ops[i].shape[2] == model.max_seq_len
+                 else literal(ops[i].shape[2])) for i in appended]
+    updates = [_state_update(model, plan, ops[i]) for i in whole]
+    outputs = [b for b in plan.memory.buffers if b.role == "output"]
     body = frame.prologue_lines(model, plan, ctxs)
     step = frame.step_begin_lines(model, plan) if plan.request.steps > 1 else []
     from megakernel.backends.pallas_tpu.codegen import stack_loop    # it reads EMITTERS
@@ -328,15 +342,16 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         step += stack_loop.stack_body(c)
     step += frame.epilogue_lines(model, plan)
     if plan.request.steps > 1:      # the step body in a loop over the call's steps
-        step = (["def decode_step(i, carry):"] + [f"    {ln}" if ln else "" for ln in step]
+        step = (["", "def decode_step(i, carry):"] + [f"    {ln}" if ln else "" for ln in step]
                 + ["    return carry", "",
                    "jax.lax.fori_loop(0, STEPS_PER_CALL, decode_step, 0)"])
     body += step
+    body = [f"    {line}" if line else "" for line in body]    # the kernel function's
     scratch = declare.scratch_lines(plan)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     req, mem = plan.request, plan.memory
-    return env.get_template("kernel.py.j2").render(
+    return declare.wrap_source(env.get_template("kernel.py.j2").render(
         model_name=declare.comment(model.name), model_literal=literal(model.name),
         target=f"{plan.target.chip} ({plan.target.topology.name})",
         cores=plan.shard.cores, digest=plan.digest(), batch=req.batch, tokens=req.tokens,
@@ -347,15 +362,13 @@ def render(model, plan, *, synchronised: bool = False) -> str:
         vmem_limit=int(plan.target.vmem_bytes), vmem_declared=mem.vmem_declared,
         libraries=sorted({(m, a) for c in ctxs for m, a in c.libraries.items()}),
         inputs=[dict(name=o.name, shape=literal(tuple(o.shape)), dtype=literal(o.dtype),
-                     space=literal(o.space)) for o in ops],
-        sharded=literal(tuple(o.sharded for o in ops)), new_rows=news, updates=updates,
+                     space=literal(o.space), sharded=literal(o.sharded)) for o in ops],
+        outputs=[dict(name=b.ident, shape=literal(tuple(b.shape)), dtype=literal(b.dtype),
+                      space=literal(b.space.value)) for b in outputs],
+        new_rows=news, updates=updates,
         max_seq_len=model.max_seq_len,
         segments=declare.segment_tables(plan, ctxs),
-        segment_names=", ".join(f"S{c.s}_TILES" for c in ctxs) + ", HEAD_TILES",
-        geometry_lines=declare.geometry_lines(plan), scratch=scratch,
-        n_inputs=len(ops), n_outputs=1 + len(appended) + len(whole),
-        input_names=", ".join(o.name for o in ops),
-        output_names=", ".join(["next_token"] + [ops[i].new_rows for i in appended]
-                               + [ops[i].updates for i in whole]),
-        scratch_names=", ".join(name for name, _, _ in scratch), body=body,
-        collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised)
+        segment_names=declare.tuple_of([f"S{c.s}_TILES" for c in ctxs] + ["HEAD_TILES"]),
+        geometry_lines=declare.geometry_lines(plan, model.max_seq_len), scratch=scratch,
+        body=body,
+        collective_id=0 if plan.shard.cores > 1 else None, synchronised=synchronised))

@@ -8,6 +8,7 @@ commits after the call (``COMMITS``: backends/pallas_tpu/kernels/state_commit.py
 from __future__ import annotations
 
 from megakernel.backends.pallas_tpu.kernels.state_commit import COMMITS
+from megakernel.backends.pallas_tpu.codegen.declare import ref
 from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS, StackCtx, v
 from megakernel.backends.pallas_tpu.kernels.gdn import STATES
 from megakernel.compiler.stepping import STEPPING, Stepping
@@ -16,19 +17,18 @@ from megakernel.compiler.stepping import STEPPING, Stepping
 @EMITTERS.register("gated_deltanet")
 def _gdn(c: StackCtx, n) -> list[str]:
     lib, g, bufs = c.library("gdn"), c.geometry(n.name), c.buffers(n.name)
-    mem = c.plan.memory
-    hbm = "(" + ", ".join(mem.buffer(f"hbm.s{c.s}.{n.name}.{p}").ident for p in STATES) + ")"
-    out = "(" + ", ".join(mem.buffer(f"new.s{c.s}.{n.name}.{p}").ident for p in STATES) + ")"
+    hbm = "(" + ", ".join(ref(c.plan, f"hbm.s{c.s}.{n.name}.{p}") for p in STATES) + ")"
+    out = "(" + ", ".join(ref(c.plan, f"new.s{c.s}.{n.name}.{p}") for p in STATES) + ")"
     step = "i" if c.multistep else "0"      # the step index of a multi-step call
     q, k, vv, z, b, a = (v(t) for t in n.inputs)
     taps = "(" + ", ".join(c.vec(f"{n.name}.conv_{p}") for p in "qkv") + ")"
-    c.before.append(f"{lib}.fetch({g}, {hbm}, {out}, 0, {step}, sync=APPENDED_SYNC, {bufs})"
+    c.before.append(f"{lib}.fetch({g}, {hbm}, {out}, 0, {step}, {bufs}, sync=APPENDED_SYNC)"
                     f"  # layers[{c.s}].{n.name}: repetition 0's state")
-    c.after.append(f"{lib}.drain({g}, {out}, sync=APPENDED_SYNC, {bufs})"
+    c.after.append(f"{lib}.drain({g}, {out}, {bufs}, sync=APPENDED_SYNC)"
                    f"  # layers[{c.s}].{n.name}: the last update stores")
     return [f"{v(n.outputs[0])} = {lib}.step({g}, ({q}, {k}, {vv}), {z}, {b}, {a}, {taps}, "
             f"{c.vec(n.name + '.A_log')}, {c.vec(n.name + '.dt_bias')}, "
-            f"{c.vec(n.name + '.norm')}, {hbm}, {out}, k, {step}, sync=APPENDED_SYNC, {bufs})"]
+            f"{c.vec(n.name + '.norm')}, {hbm}, {out}, k, {step}, {bufs}, sync=APPENDED_SYNC)"]
 
 
 @COMMITS.register("gated_deltanet")

@@ -4,12 +4,14 @@
 DMAs, expert-parallel bases, the entry barrier, the embedding gather and its
 all-reduce. ``epilogue_lines``: final norm, LM head with a running argmax,
 the distributed argmax and the output. Buffers are named as the plan names
-them (``Buffer.ident``); numbers come from the plan through ``literal``.
+them (``Buffer.ident``, in the kernel's group of refs: ``declare.ref``);
+numbers come from the plan through ``literal``.
 """
 
 from __future__ import annotations
 
-from megakernel.backends.pallas_tpu.codegen.declare import dtype_expr, literal
+from megakernel.backends.pallas_tpu.codegen.declare import (buffer_bundles, dtype_expr, literal, ref,
+                                                     tuple_of)
 
 
 def allreduce_algorithm(plan) -> str | None:
@@ -17,52 +19,65 @@ def allreduce_algorithm(plan) -> str | None:
     return spec.algorithm if spec else None
 
 
-def _ident(plan, name: str) -> str:
-    return plan.memory.buffer(name).ident
+def allreduce_bundle(plan) -> list[str]:
+    """``all_reduce = rt.AllReduce(...)``: this core's all-reduce with the
+    plan's buffers of its algorithm, bound once (none without all-reduces)."""
+    algorithm = allreduce_algorithm(plan)
+    if algorithm is None:
+        return []
+    slots = ("slots",) if algorithm == "one_shot" else ("stage", "rs_slots", "ag_slots")
+    b = lambda name: ref(plan, f"allreduce.{name}")  # noqa: E731
+    return [f"all_reduce = rt.AllReduce(me, NUM_CORES, {b('send_sems')}, {b('recv_sems')}, "
+            + "".join(f"{name}={b(name)}, " for name in slots) + "local=LOCAL_COLLECTIVES)"]
 
 
-def allreduce_call(plan, x: str, parity: str, site: str) -> str:
+def allreduce_call(x: str, parity: str, site: str) -> str:
     """The generated all-reduce of variable ``x`` at one site."""
-    b = lambda name: _ident(plan, f"allreduce.{name}")  # noqa: E731
-    if allreduce_algorithm(plan) == "one_shot":
-        return (f"{x} = rt.all_reduce({x}, {b('slots')}, {b('send_sems')}, {b('recv_sems')}, "
-                f"{parity}, me, NUM_CORES, local=LOCAL_COLLECTIVES)  # {site}")
-    return (f"{x} = rt.all_reduce_rs_ag({x}, {b('stage')}, {b('rs_slots')}, {b('ag_slots')}, "
-            f"{b('send_sems')}, {b('recv_sems')}, {parity}, me, NUM_CORES, "
-            f"local=LOCAL_COLLECTIVES)  # {site}")
+    return f"{x} = all_reduce({x}, parity={parity})  # {site}"
 
 
 def prologue_lines(model, plan, ctxs) -> list[str]:
     """The call's set-up; for a one-step call the step's embedding too (a
     multi-step call embeds in its step loop, ``step_begin_lines``)."""
     mem, n, multi = plan.memory, plan.shard.cores, plan.request.steps > 1
-    refs = [f"({''.join(f'{c.hbm(p)}, ' for p in c.ring)})" for c in ctxs]
-    refs.append("(lm_head,)")
-    aux = "".join(f"{_ident(plan, f'ring.aux{i}')}, " for i in range(len(mem.ring.aux)))
+    refs = [tuple_of(c.hbm(p) for p in c.ring) for c in ctxs]
+    refs.append(tuple_of([ref(plan, "hbm.lm_head")]))
+    aux = tuple_of(ref(plan, f"ring.aux{i}") for i in range(len(mem.ring.aux)))
+    aux = f"aux={aux}, " if mem.ring.aux else ""
     steps = ", steps=STEPS_PER_CALL" if multi else ""
     lines = ["me = jax.lax.axis_index('x')" if n > 1 else "me = 0"]
     if not multi:
-        lines.append("pos = rt.positions(start_pos, ROWS_PADDED, BATCH, TOKENS)")
-    lines += [f"stream = rt.Stream(ring_banks, ring_sems, NUM_BANKS, SEGMENTS, "
-              f"({', '.join(refs)},), ({aux}), sync=SYNCHRONISED{steps}, "
+        lines.append(f"pos = rt.positions({ref(plan, 'start_pos')}, ROWS_PADDED, BATCH, TOKENS)")
+    libraries, reduce = buffer_bundles(plan), allreduce_bundle(plan)
+    if libraries:
+        lines += ["# each op library's buffers, as the plan bound them", *libraries]
+    lines += reduce
+    # One tuple per segment of SEGMENTS (the stacks', then the head's): the
+    # HBM weights its tiles are cut from, by Tile.ref.
+    lines += ["ring_weights = (", *(f"    {r}," for r in refs), ")",
+              f"stream = rt.Stream({ref(plan, 'ring.banks')}, {ref(plan, 'ring.sems')}, "
+              f"NUM_BANKS, SEGMENTS, ring_weights, {aux}sync=SYNCHRONISED{steps}, "
               "static_sems=STATIC_RING_SEMAPHORES)",
               "stream.prologue()   # first NUM_BANKS tiles of the step in flight"]
-    for c in ctxs:
-        for node, ep, tp, _, _ in c.shard.experts:
-            lines.append(f"expert_base_s{c.s}_{node} = (me // {literal(tp)}) % {literal(ep)}")
+    for c in ctxs:       # each core's first expert (emit.first_expert): me // tp < ep
+        for node, ep, tp, local, _ in c.shard.experts:
+            if ep > 1:
+                group = "me" if tp == 1 else f"(me // {literal(tp)})"
+                lines.append(f"first_expert_s{c.s}_{node} = {group} * {literal(local)}")
     if n > 1:
         lines.append("rt.barrier(me, NUM_CORES, local=LOCAL_COLLECTIVES)   # peers are in the "
                      "kernel before remote writes")
-    return lines if multi else lines + _embed_lines(model, plan, "tokens")
+    return lines if multi else lines + _embed_lines(model, plan, ref(plan, "tokens"))
 
 
 def step_begin_lines(model, plan) -> list[str]:
     """Start of step i of a multi-step call: tokens, positions, stop flags
     (``steps.begin_step``), then the embedding of the step's tokens."""
-    b = lambda name: _ident(plan, f"step.{name}")  # noqa: E731
+    b = lambda name: ref(plan, f"step.{name}")  # noqa: E731
+    inputs = ", ".join(ref(plan, name) for name in ("tokens", "start_pos", "limit"))
     return ["stream.step = i   # the ring's bank of a tile depends on the step",
-            f"rt.begin_step(i, tokens, start_pos, limit, {b('tokens')}, {b('start')}, "
-            f"{b('stopped')}, BATCH, {literal(model.max_seq_len)})",
+            f"rt.begin_step(i, {inputs}, {b('tokens')}, {b('start')}, "
+            f"{b('stopped')}, BATCH, MAX_SEQ_LEN)",
             f"pos = rt.positions({b('start')}, ROWS_PADDED, BATCH, TOKENS)"
             ] + _embed_lines(model, plan, b("tokens"))
 
@@ -71,12 +86,13 @@ def _embed_lines(model, plan, tokens: str) -> list[str]:
     # A replicated table: every core gathers every row itself (no all-reduce).
     owner = "me, VOCAB_STRIDE" if plan.shard.embed == "vocab" else "0, VOCAB_SIZE"
     lines = ["# node: embed",
-             f"x = rt.gather_embedding({tokens}, embed, embed_rows, embed_sems, {owner}, "
+             f"x = rt.gather_embedding({tokens}, {ref(plan, 'hbm.embed')}, "
+             f"{ref(plan, 'embed.rows')}, {ref(plan, 'embed.sems')}, {owner}, "
              f"ROWS, ROWS_PADDED, {dtype_expr(model.dtype.value)})"]
     site = next((s for s in plan.collectives.sites if s.name == "embed.allreduce"), None)
     if site is not None:
-        lines.append(allreduce_call(plan, "x", literal(site.parity()), site.name))
-    return lines + _embed_ops(model) + ["residual[...] = x", ""]
+        lines.append(allreduce_call("x", literal(site.parity()), site.name))
+    return lines + _embed_ops(model) + [f"{ref(plan, 'residual')}[...] = x", ""]
 
 
 def _embed_ops(model) -> list[str]:
@@ -114,18 +130,25 @@ def epilogue_lines(model, plan) -> list[str]:
     norm, n = model.final_norm, plan.shard.cores
     post = ", post=logit_ops" if model.logit_ops else ""
     lines = _logit_ops(model) + ["# node: final_norm",
-             f"xn = rt.rmsnorm(residual[...], final_norm[...].astype(jnp.float32), "
+             f"xn = rt.rmsnorm({ref(plan, 'residual')}[...], "
+             f"{ref(plan, 'final_norm')}[...].astype(jnp.float32), "
              f"dim={literal(norm.dim)}, eps={literal(norm.eps)}, offset={literal(norm.offset)})",
-             "# node: lm_head",
-             "valid = jnp.clip(VOCAB_SIZE - me * VOCAB_STRIDE, 0, VOCAB_STRIDE)",
-             f"m, idx = rt.lm_head(stream, {literal(len(plan.shard.stacks))}, xn, "
-             f"logits, valid, me * VOCAB_STRIDE{post})"]
+             "# node: lm_head"]
+    if n == 1 and plan.shard.vocab_stride >= model.vocab_size:     # one core: every column
+        lines.append("valid, first_column = VOCAB_SIZE, 0")
+    else:       # this core's columns of the vocabulary: the valid ones, the first's id
+        lines += ["valid = jnp.clip(VOCAB_SIZE - me * VOCAB_STRIDE, 0, VOCAB_STRIDE)",
+                  "first_column = me * VOCAB_STRIDE"]
+    lines.append(f"max_logit, token = rt.lm_head(stream, {literal(len(plan.shard.stacks))}, xn, "
+                 f"outputs.logits, valid, first_column{post})")
     if n > 1:
-        b = lambda name: _ident(plan, f"argmax.{name}")  # noqa: E731
-        lines.append(f"m, idx = rt.exchange_argmax(m, idx, {b('values')}, {b('indices')}, "
-                     f"{b('sems')}, me, NUM_CORES, local=LOCAL_COLLECTIVES)")
+        b = lambda name: ref(plan, f"argmax.{name}")  # noqa: E731
+        lines.append(f"max_logit, token = rt.exchange_argmax(max_logit, token, {b('values')}, "
+                     f"{b('indices')}, {b('sems')}, me, NUM_CORES, local=LOCAL_COLLECTIVES)")
     if plan.request.steps == 1:
-        return lines + ["next_token[...] = jnp.broadcast_to(idx, (ROWS_PADDED, 128))"]
-    b = lambda name: _ident(plan, f"step.{name}")  # noqa: E731
-    return lines + [f"rt.end_step(i, idx, next_token, end_id, {b('tokens')}, {b('stopped')}, "
+        return lines + [f"{ref(plan, 'next_token')}[...] = "
+                        "jnp.broadcast_to(token, (ROWS_PADDED, 128))"]
+    b = lambda name: ref(plan, f"step.{name}")  # noqa: E731
+    return lines + [f"rt.end_step(i, token, {ref(plan, 'next_token')}, {ref(plan, 'end_id')}, "
+                    f"{b('tokens')}, {b('stopped')}, "
                     f"{b('argmax_v')}, {b('argmax_s')}, {b('sems')}, BATCH)"]

@@ -25,23 +25,41 @@ from megakernel.compiler.plan_buffers import VECTORS
 def _vectors(c: StackCtx, names, var: str, first: int = 0) -> str:
     """The ``rt.Vectors`` of vectors ``names`` of the stack, as ``var``."""
     mem = c.plan.memory
-    hbm = "".join(f"{c.hbm(p)}, " for p in names)
+    hbm = declare.tuple_of(c.hbm(p) for p in names)
     bound = mem.bound(c.s, VECTORS)
-    bufs = "".join(f"{mem.buffer(bound[p]).ident}, " for p in names)
+    bufs = declare.tuple_of(declare.ref(c.plan, bound[p]) for p in names)
     at = f", first={literal(first)}" if first else ""
-    return f"{var} = rt.Vectors(({hbm}), ({bufs}), vec_sems, sync=SYNCHRONISED{at})"
+    return (f"{var} = rt.Vectors({hbm}, {bufs}, {declare.ref(c.plan, 'vec.sems')}, "
+            f"sync=SYNCHRONISED{at})")
+
+
+def _vector_lines(vec: str, count: int) -> list[str]:
+    """Run-layer ``k``'s vectors waited for, and the next layer's fetched
+    (none when the loop runs once)."""
+    lines = [f"{vec}.wait(k)", ""]
+    if count > 1:
+        lines += [f"@pl.when(k + 1 < {literal(count)})", "def _():", f"    {vec}.start(k + 1)", ""]
+    return lines
 
 
 def _layer_lines(c: StackCtx, nodes, vec: str, count: int) -> list[str]:
     """A layer's lines at run-layer index ``k`` of ``count``: its vectors'
-    wait and the next layer's fetch, then each node's emitter."""
-    lines = [f"{vec}.wait(k)", "", f"@pl.when(k + 1 < {literal(count)})", "def _():",
-             f"    {vec}.start(k + 1)", ""]
+    (``_vector_lines``), then each node's emitter."""
+    return _vector_lines(vec, count) + _node_lines(c, nodes)
+
+
+def _node_lines(c: StackCtx, nodes) -> list[str]:
+    lines = []
     for n in nodes:
         emitter = EMITTERS(n.op.kind, f"layers[{c.s}].{n.name}")
         lines.append(f"# node: layers[{c.s}].{n.name}")
         lines += emitter(c, n) + c.reduce(n.name, n.outputs[0])
     return lines
+
+
+def residual(c: StackCtx) -> str:
+    """The residual stream's ref, read at the start of a layer and written at its end."""
+    return f"{declare.ref(c.plan, 'residual')}[...]"
 
 
 def _header(c: StackCtx) -> str:
@@ -58,12 +76,11 @@ def stack_body(c: StackCtx) -> list[str]:
     s, count = c.s, c.shard.count
     lines = [_header(c), _vectors(c, c.vectors, f"vec_s{s}"),
              f"vec_s{s}.start(0)", "__BEFORE__", f"def layer_s{s}(k, carry):",
-             f"    {v(c.layer.input)} = residual[...]"]
-    layer = _layer_lines(c, c.layer.nodes, f"vec_s{s}", count)
+             f"    {v(c.layer.input)} = {residual(c)}"]
     # the residual read after the vectors' lines, as before runs
-    lines[-1:-1] = [f"    {ln}" if ln else "" for ln in layer[:6]]
-    lines += [f"    {ln}" for ln in layer[6:]]
-    lines += [f"    residual[...] = {v(c.layer.output)}", "    return carry", "",
+    lines[-1:-1] = [f"    {ln}" if ln else "" for ln in _vector_lines(f"vec_s{s}", count)]
+    lines += [f"    {ln}" for ln in _node_lines(c, c.layer.nodes)]
+    lines += [f"    {residual(c)} = {v(c.layer.output)}", "    return carry", "",
               f"jax.lax.fori_loop(0, {literal(count)}, layer_s{s}, 0)", *c.after, ""]
     at = lines.index("__BEFORE__")
     return lines[:at] + c.before + [""] + lines[at + 1:]
@@ -93,8 +110,8 @@ def _run_stack_body(c: StackCtx) -> list[str]:
         every = c.vectors
         c.count, c.vec_of, c.vectors = c.shard.count * n, var, names
         inp, out = _run_io(c, nodes)
-        body = [f"{inp} = residual[...]"] + _layer_lines(c, nodes, var, c.count) + [
-            f"residual[...] = {out}"]
+        body = [f"{inp} = {residual(c)}"] + _layer_lines(c, nodes, var, c.count) + [
+            f"{residual(c)} = {out}"]
         c.vectors = every
         where = f"layers {first}..{first + n - 1} of the body" if n > 1 else \
             f"layer {first} of the body"

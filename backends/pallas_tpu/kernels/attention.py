@@ -11,8 +11,9 @@ by the planner. Row ``n = b*tokens + t``; rows ``>= batch*tokens`` are padding.
 softmax denominator (the online softmax starts from it: m = sink, l = 1);
 ``steps``: decode steps per call.
 
-``buffers(g)`` - the VMEM buffers and semaphores ``attend`` needs, by argument
-name (the planner records them in the plan; the kernel declares the plan's):
+``buffers(g)`` - the VMEM buffers and semaphores ``attend`` needs, by name (the
+planner records them in the plan; the kernel declares the plan's and bundles
+the ones bound to a node as one ``Buffers``, passed as ``bufs``):
   k_tiles, v_tiles  (2, kv_tile, HD) cache dtype   K / V tile double buffers
   tile_sems         DMA (2, 2)                     [k|v, slot]
   window            (2, 2, W, HD) cache dtype      the sequences' windows of new rows,
@@ -25,13 +26,13 @@ with HD = kv_heads*head_dim, G = q_heads // kv_heads, RP = rows_padded and
 W = window_rows(g): the aligned rows holding the call's tokens*steps new rows.
 
 ``prefetch(g, k_cache, v_cache, k_new, v_new, layer, start_ref, origin_ref,
-first, **buffers, sync=False, when=True)`` - starts ``layer``'s first window
+first, bufs=, sync=False, when=True)`` - starts ``layer``'s first window
 load and first cache tile, which depend only on the layer and the positions:
 the megakernel calls it a layer ahead; ``attend`` of that layer waits them
 (with ``sync``, the synchronised ablation, ``attend`` starts them itself).
 
 ``attend(g, q, k, v, k_cache, v_cache, k_new, v_new, layer, start_ref,
-origin_ref, first, **buffers, sinks=None, stopped=None, sync=False) -> out`` -
+origin_ref, first, bufs=, sinks=None, stopped=None, sync=False) -> out`` -
 q [RP, Hq*D] f32 (roped), k/v [RP, HD] f32 values; caches are READ-ONLY HBM
 refs [L, batch, max_seq_len, HD]; k_new/v_new the kernel's HBM outputs [L,
 batch, W, HD] (backends/pallas_tpu/kernels/appended_state.py writes them into the caches
@@ -47,7 +48,7 @@ j <= start[b]+t (and j > start[b]+t-window): cache tiles for j < the window's
 start, the window in VMEM for the rest. Returns [RP, Hq*D] f32 (padding rows
 0). Requires start[b] + tokens <= max_seq_len (the reference clamps).
 
-``drain(g, k_cache, v_cache, k_new, v_new, layers, **buffers, sync=False)`` -
+``drain(g, k_cache, v_cache, k_new, v_new, layers, bufs=, sync=False)`` -
 after the stack's loop over ``layers`` repetitions: waits the last windows'
 stores. Every other DMA ``attend`` waits before it returns.
 
@@ -70,6 +71,8 @@ avoids any dynamic sublane slicing. Math is f32 (HIGHEST) like the reference.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -84,6 +87,21 @@ from megakernel.compiler.geometry.attention import (  # noqa: F401 - re-exported
 
 NEG = -1e30          # finite "minus infinity": keeps exp() and max() NaN-free
 HI = jax.lax.Precision.HIGHEST
+
+
+class Buffers(NamedTuple):
+    """The refs of ``buffers(g)`` bound to one attention node, by name."""
+
+    k_tiles: Any
+    v_tiles: Any
+    tile_sems: Any
+    window: Any
+    window_sems: Any
+    q_scaled: Any
+    m: Any
+    l: Any  # noqa: E741 - the online softmax's denominator, as the papers name it
+    acc: Any
+    out: Any
 
 
 def window_start(g: AttentionGeometry, origin):
@@ -138,8 +156,7 @@ def _start_first_tile(g, k_cache, v_cache, layer, start_ref, origin_ref, b, k_ti
 
 
 def prefetch(g: AttentionGeometry, k_cache, v_cache, k_new, v_new, layer, start_ref, origin_ref,
-             first, *, k_tiles, v_tiles, tile_sems, window, window_sems, sync=False, when=True,
-             **_):
+             first, *, bufs: Buffers, sync=False, when=True):
     """Begin ``layer``'s first window load and first cache tile (if ``when``).
     Both depend only on the layer and the positions, so the megakernel starts
     them a layer ahead (after the previous repetition's attend; before the
@@ -150,7 +167,7 @@ def prefetch(g: AttentionGeometry, k_cache, v_cache, k_new, v_new, layer, start_
     if not sync:
         new_rows.when(when, lambda: _start_first(
             g, (k_cache, v_cache), (k_new, v_new), layer, start_ref, origin_ref, first,
-            (k_tiles, v_tiles, tile_sems), window, window_sems))
+            (bufs.k_tiles, bufs.v_tiles, bufs.tile_sems), bufs.window, bufs.window_sems))
 
 
 def _start_first(g, caches, news, layer, start_ref, origin_ref, first, tiles, window,
@@ -160,14 +177,14 @@ def _start_first(g, caches, news, layer, start_ref, origin_ref, first, tiles, wi
     _start_first_tile(g, *caches, layer, start_ref, origin_ref, 0, *tiles)
 
 
-def drain(g: AttentionGeometry, k_cache, v_cache, k_new, v_new, layers: int, *, window,
-          window_sems, sync=False, **_):
+def drain(g: AttentionGeometry, k_cache, v_cache, k_new, v_new, layers: int, *,
+          bufs: Buffers, sync=False):
     """After the stack's loop of ``layers`` repetitions: wait the last
     windows' stores (the megakernel emits it; under ``sync`` each attend waits
     its own)."""
     if not sync:
-        _windows(g, (k_cache, v_cache), (k_new, v_new), 0, None, True, window,
-                 window_sems).drain(layers * g.batch)
+        _windows(g, (k_cache, v_cache), (k_new, v_new), 0, None, True, bufs.window,
+                 bufs.window_sems).drain(layers * g.batch)
 
 
 def _sink_rows(g: AttentionGeometry, sinks, h: int):
@@ -179,13 +196,13 @@ def _sink_rows(g: AttentionGeometry, sinks, h: int):
 
 
 def attend(g: AttentionGeometry, q, k, v, k_cache, v_cache, k_new, v_new, layer, start_ref,
-           origin_ref, first, *, k_tiles, v_tiles, tile_sems, window, window_sems, q_scaled,
-           m, l, acc, out, sinks=None, stopped=None, sync=False):  # noqa: E741
+           origin_ref, first, *, bufs: Buffers, sinks=None, stopped=None, sync=False):
+    kbuf, vbuf, tsem = bufs.k_tiles, bufs.v_tiles, bufs.tile_sems
+    win, wsem = bufs.window, bufs.window_sems
+    q_s, m_s, l_s, acc_s, o_s = bufs.q_scaled, bufs.m, bufs.l, bufs.acc, bufs.out
     if sync:      # the synchronised ablation: no DMA started ahead of this op
         _start_first(g, (k_cache, v_cache), (k_new, v_new), layer, start_ref, origin_ref, first,
-                     (k_tiles, v_tiles, tile_sems), window, window_sems, sync=True)
-    kbuf, vbuf, tsem, win, wsem = k_tiles, v_tiles, tile_sems, window, window_sems
-    q_s, m_s, l_s, acc_s, o_s = q_scaled, m, l, acc, out
+                     (kbuf, vbuf, tsem), win, wsem, sync=True)
     D, G, RP, St, T = g.head_dim, g.group, g.rows_padded, g.kv_tile, g.tokens
     GR, W = G * RP, window_rows(g)
     # Scaled queries, the G heads of kv head h stacked along rows (aligned: RP % 8 == 0).

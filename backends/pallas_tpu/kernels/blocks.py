@@ -5,6 +5,9 @@ refs, values are [rows_padded, width] f32 arrays. Sizes arrive as literals from
 the generated module (computed by ``emit.py`` from the plan). The weight ring
 and per-layer vectors are in ``ring.py``, the remote-DMA collectives in
 ``collectives.py``; both are re-exported here so generated code needs one name.
+``bind`` names the kernel's refs by its tables, and ``make_step`` turns a
+generated module's kernel and tables into the jitted call (the same for every
+kernel, so it lives here rather than in each module).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from megakernel.errors import EmitError
 from megakernel.compiler.layout import WEIGHT_CHUNK_BYTES
 from megakernel.backends.pallas_tpu.kernels import dequant
 from megakernel.backends.pallas_tpu.kernels.collectives import (  # noqa: F401
-    all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
+    AllReduce, all_reduce, all_reduce_rs_ag, barrier, exchange_argmax, merge_argmax)
 from megakernel.backends.pallas_tpu.kernels.ring import Segment, Stream, Tile, Vectors, tile_pieces  # noqa: F401
 from megakernel.backends.pallas_tpu.kernels.step_loop import begin_step, end_step  # noqa: F401
+from megakernel.backends.pallas_tpu.kernels.call import (  # noqa: F401 - the library's contract
+    Refs, bind, make_step)
 
 NEG_INF = float("-inf")
 
@@ -318,4 +323,3 @@ def ring_to_ref(stream, s, k, tiles, first, dst, transpose=False):
 
     for j, t in enumerate(tiles):
         stream.consume(s, k, first + j, lambda pieces, t=t: put(pieces, t))
-

@@ -20,6 +20,8 @@ issue, waits, casts and sums) is the kernel's; the data is not.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -67,6 +69,30 @@ class _Local:
 
     def wait_send(self):
         """The local DMA's one wait is ``wait_recv``'s."""
+
+
+class AllReduce(NamedTuple):
+    """This core's all-reduce with the plan's buffers, bound once:
+    ``all_reduce(x, parity=p)`` sums x over the cores through the slots of
+    parity p, one shot (``slots``) or reduce-scatter then all-gather
+    (``stage``, ``rs_slots``, ``ag_slots``)."""
+
+    me: Any
+    cores: int
+    send_sems: Any
+    recv_sems: Any
+    slots: Any = None
+    stage: Any = None
+    rs_slots: Any = None
+    ag_slots: Any = None
+    local: bool = False
+
+    def __call__(self, x, parity):
+        if self.slots is not None:
+            return all_reduce(x, self.slots, self.send_sems, self.recv_sems, parity, self.me,
+                              self.cores, local=self.local)
+        return all_reduce_rs_ag(x, self.stage, self.rs_slots, self.ag_slots, self.send_sems,
+                                self.recv_sems, parity, self.me, self.cores, local=self.local)
 
 
 def all_reduce(x, slots, send_sems, recv_sems, parity, me, n, local=False):

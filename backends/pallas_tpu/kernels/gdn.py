@@ -10,7 +10,8 @@ value_dim, conv_kernel, norm_eps, conv_dtype, layers, key_replication, steps)``
 local key head j // (value_heads // key_heads)); ``layers``: repetitions of
 its stack; ``steps``: decode steps per call.
 
-``buffers(g)`` - what the functions below need, by argument name:
+``buffers(g)`` - what the functions below need, by name (the kernel passes the
+ones the plan bound to a node as one ``Buffers``, ``bufs``):
   hist_q, hist_k  (2, B, Kc-1, key_heads*key_dim) conv dtype    [repetition parity]
   hist_v          (2, B, Kc-1, value_heads*value_dim) conv dtype
   recurrent       (2, B, value_heads, key_dim, value_dim) f32
@@ -71,6 +72,8 @@ rebuild, a [dk, W] x [W, dv] matmul per value head and sequence.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -83,6 +86,30 @@ from megakernel.backends.pallas_tpu.kernels.appended_state import when
 L2_EPS = 1e-6      # ir/kind_gdn.py L2_EPS (the library imports nothing from the IR)
 WINDOWS = ("rows_q", "rows_k", "rows_v", "updates")
 HI = jax.lax.Precision.HIGHEST
+
+
+class Buffers(NamedTuple):
+    """The refs of ``buffers(g)`` bound to one GDN node, by name."""
+
+    hist_q: Any
+    hist_k: Any
+    hist_v: Any
+    recurrent: Any
+    rows_q: Any
+    rows_k: Any
+    rows_v: Any
+    updates: Any
+    sems: Any
+
+    @property
+    def states(self) -> tuple:
+        """The slots of the state before the call, in ``STATES`` order."""
+        return self.hist_q, self.hist_k, self.hist_v, self.recurrent
+
+    @property
+    def windows(self) -> tuple:
+        """The slots of the call's update windows (``WINDOWS``)."""
+        return self.rows_q, self.rows_k, self.rows_v, self.updates
 
 
 def _state_reads(hbm, states, sems, k):
@@ -118,21 +145,17 @@ def _reads(hbm, out, states, wins, sems, k, i, what):
     when(i > 0, lambda: _each(_window_reads(out, wins, sems, k), what))
 
 
-def fetch(g, hbm, out, k, i, *, sync, hist_q, hist_k, hist_v, recurrent, rows_q, rows_k,
-          rows_v, updates, sems):
+def fetch(g, hbm, out, k, i, *, bufs: Buffers, sync):
     if not sync:
-        _reads(hbm, out, (hist_q, hist_k, hist_v, recurrent), (rows_q, rows_k, rows_v, updates),
-               sems, k, i, "start")
+        _reads(hbm, out, bufs.states, bufs.windows, bufs.sems, k, i, "start")
 
 
-def drain(g, out, *, sync, hist_q, hist_k, hist_v, recurrent, rows_q, rows_k, rows_v,
-          updates, sems):
+def drain(g, out, *, bufs: Buffers, sync):
     """Wait the window stores ``step`` left in flight: those of the last two repetitions."""
     if sync:
         return
-    wins = (rows_q, rows_k, rows_v, updates)
     for k in range(max(g.layers - 2, 0), g.layers):
-        _each(_stores(out, wins, sems, k), "wait")
+        _each(_stores(out, bufs.windows, bufs.sems, k), "wait")
 
 
 def _pick_row(x, rows, r):
@@ -251,14 +274,15 @@ def _recurrence(g, qt, kt, kn, v, beta, logd, state, upd, p, b, n, outs):
     return tuple(new)
 
 
-def step(g, xs, z, b_in, a_in, taps, a_log, dt_bias, norm, hbm, out, k, i, *, sync, hist_q,
-         hist_k, hist_v, recurrent, rows_q, rows_k, rows_v, updates, sems):
+def step(g, xs, z, b_in, a_in, taps, a_log, dt_bias, norm, hbm, out, k, i, *, bufs: Buffers,
+         sync):
     """One GDN node for repetition k at step i of the call: xs = (q, k, v) raw
     projections [RP, width] f32, z [RP, HV*dv], b/a [RP, >= HV] (zero-padded
     to 128 lanes: the first HV are the heads'); taps = three [1, Kc, C]
     vectors; a_log, dt_bias [1, HV] f32; norm [1, dv]. Returns y [RP, HV*dv]
     f32 (0 in padding rows)."""
-    states, wins = (hist_q, hist_k, hist_v, recurrent), (rows_q, rows_k, rows_v, updates)
+    states, wins, sems = bufs.states, bufs.windows, bufs.sems
+    recurrent, updates = bufs.recurrent, bufs.updates
     p = k % 2
     if sync:
         _reads(hbm, out, states, wins, sems, k, i, "start")

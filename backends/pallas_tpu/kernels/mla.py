@@ -7,7 +7,8 @@ v_dim, kv_tile, max_seq_len, scale, eps, rope, rope_factor, output_gate, form,
 cache_dtype, weight_dtype)`` - one MLA node on one core (``heads`` LOCAL to
 the core), chosen by the planner. L = rank + rope_dim values per cached token.
 
-``buffers(g)`` - by argument name (M = heads * rows_padded, RP = rows_padded):
+``buffers(g)`` - by name (M = heads * rows_padded, RP = rows_padded; the kernel
+passes the ones the plan bound to a node as one ``Buffers``, ``bufs``):
   tiles        (2, kv_tile, L) cache dtype     latent tile double buffer
   tile_sems    DMA (2,)                        [slot]
   window       (2, 1, W, L) cache dtype        the sequences' windows of new rows,
@@ -25,7 +26,7 @@ the core), chosen by the planner. L = rank + rope_dim values per cached token.
   m, l         (heads, RP, 1) f32; acc, out (heads, RP, dv) f32
 
 ``attend(g, q, kv_a, gate, kv_norm, inv_freq, pos, cache, rows_out, layer,
-start_ref, origin_ref, first, stopped=None, sync=False, **buffers) -> [RP,
+start_ref, origin_ref, first, bufs=, stopped=None, sync=False) -> [RP,
 heads*dv] f32`` - q [RP, heads*(dn+dr)] (this core's heads), kv_a [RP, L]
 (replicated), gate [RP, heads*dv] or None, kv_norm [1, R] f32, inv_freq [1,
 dr/2] f32 (None for NoPE), pos [RP, 1] int32, cache HBM ref [layers, batch,
@@ -43,9 +44,9 @@ window, then attends causally (cache tiles before the window, then the window
 from VMEM); padding rows give 0.
 
 ``prefetch(g, cache, rows_out, layer, start_ref, origin_ref, first,
-**buffers, sync=False, when=True)`` starts ``layer``'s first window load and
+bufs=, sync=False, when=True)`` starts ``layer``'s first window load and
 latent tile a layer ahead, for its ``attend`` to wait; ``drain(g, cache,
-rows_out, layers, **buffers, sync=False)`` waits the last windows' stores
+rows_out, layers, bufs=, sync=False)`` waits the last windows' stores
 after the stack's loop; ``attend`` waits every other DMA (mla_cache.py: none
 on the critical path). Under ``sync`` (the synchronised ablation) both do
 nothing and ``attend`` starts and waits all its own DMAs.
@@ -67,6 +68,8 @@ exactly the reference's expansion.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -80,6 +83,26 @@ from megakernel.backends.pallas_tpu.kernels.attention import NEG, _row_of
 from megakernel.compiler.geometry.mla import MLAGeometry  # noqa: F401 - re-exported
 
 HI = jax.lax.Precision.HIGHEST
+
+
+class Buffers(NamedTuple):
+    """The refs of ``buffers(g)`` bound to one MLA node, by name: the common
+    ones, then the absorbed form's ``q_lat`` or the expanded form's
+    ``q_nope`` / ``q_pe``."""
+
+    tiles: Any
+    tile_sems: Any
+    window: Any
+    window_sems: Any
+    w_uk: Any
+    w_uv: Any
+    m: Any
+    l: Any  # noqa: E741 - the online softmax's denominator, as the papers name it
+    acc: Any
+    out: Any
+    q_lat: Any = None
+    q_nope: Any = None
+    q_pe: Any = None
 
 
 def _dot_t(a, b):
@@ -137,8 +160,8 @@ def _fresh(m_ref, l_ref, acc_ref):
 def _absorbed(g, q_nope, q_pe, new, cache, bufs):
     R, RP, T, M = g.rank, g.rows_padded, g.tokens, g.rows
     dn, dv = g.nope_dim, g.v_dim
-    q_lat, m, l, acc, out = (bufs[k] for k in ("q_lat", "m", "l", "acc", "out"))
-    w_uk, w_uv = bufs["w_uk"], bufs["w_uv"]
+    q_lat, m, l, acc, out = bufs.q_lat, bufs.m, bufs.l, bufs.acc, bufs.out
+    w_uk, w_uv = bufs.w_uk, bufs.w_uv
     for h in range(g.heads):       # q~_h = q_nope_h W_UK_h: this head's key in latent space
         absorbed = _dot(q_nope[h], w_uk[pl.ds(h * dn, dn), :].astype(jnp.float32))
         q_lat[pl.ds(h * RP, RP), :] = jnp.concatenate([absorbed, q_pe[h]], axis=-1) * g.scale
@@ -168,8 +191,8 @@ def _absorbed(g, q_nope, q_pe, new, cache, bufs):
 def _expanded(g, q_nope, q_pe, new, cache, bufs):
     R, RP, T = g.rank, g.rows_padded, g.tokens
     dn, dv = g.nope_dim, g.v_dim
-    qn, qp, m, l, acc, out = (bufs[k] for k in ("q_nope", "q_pe", "m", "l", "acc", "out"))
-    w_uk, w_uv = bufs["w_uk"], bufs["w_uv"]
+    qn, qp, m, l, acc, out = bufs.q_nope, bufs.q_pe, bufs.m, bufs.l, bufs.acc, bufs.out
+    w_uk, w_uv = bufs.w_uk, bufs.w_uv
     exact = HI if w_uk.dtype == jnp.float32 else None   # bf16 products are exact in f32
     for h in range(g.heads):
         qn[h] = q_nope[h] * g.scale
@@ -206,7 +229,7 @@ def _expanded(g, q_nope, q_pe, new, cache, bufs):
 
 
 def attend(g: MLAGeometry, q, kv_a, gate, kv_norm, inv_freq, pos, cache, rows_out, layer,
-           start_ref, origin_ref, first, stopped=None, sync=False, **bufs):
+           start_ref, origin_ref, first, *, bufs: Buffers, stopped=None, sync=False):
     q_nope, q_pe, new = _new_rows(g, q, kv_a, kv_norm, inv_freq, pos)
     form = _absorbed if g.form == "absorbed" else _expanded
     # mla_cache.sequences' order

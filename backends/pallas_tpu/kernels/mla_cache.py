@@ -49,14 +49,14 @@ def _start_first_tile(g, cache, layer, start_ref, origin_ref, b, tiles, tile_sem
 
 def _start_first(g, cache, out, layer, start_ref, origin_ref, first, bufs, sync=False):
     """Start sequence 0's window load and first latent tile of ``layer``."""
-    _windows(g, (cache,), (out,), layer, origin_ref, first, bufs["window"], bufs["window_sems"],
+    _windows(g, (cache,), (out,), layer, origin_ref, first, bufs.window, bufs.window_sems,
              sync).start_load(0)
-    _start_first_tile(g, cache, layer, start_ref, origin_ref, 0, bufs["tiles"],
-                      bufs["tile_sems"])
+    _start_first_tile(g, cache, layer, start_ref, origin_ref, 0, bufs.tiles,
+                      bufs.tile_sems)
 
 
-def prefetch(g, cache, rows_out, layer, start_ref, origin_ref, first, *, sync=False, when=True,
-             **bufs):
+def prefetch(g, cache, rows_out, layer, start_ref, origin_ref, first, *, bufs, sync=False,
+             when=True):
     """Begin ``layer``'s first window load and first latent tile (if ``when``):
     they depend only on the layer and the positions, so the megakernel starts
     them a layer ahead and they stream under the MLP and projections. Under
@@ -67,11 +67,11 @@ def prefetch(g, cache, rows_out, layer, start_ref, origin_ref, first, *, sync=Fa
                                                  origin_ref, first, bufs))
 
 
-def drain(g, cache, rows_out, layers: int, *, window, window_sems, sync=False, **_):
+def drain(g, cache, rows_out, layers: int, *, bufs, sync=False):
     """After the stack's loop of ``layers`` repetitions: wait the last
     windows' stores (under ``sync`` each ``attend`` waited its own)."""
     if not sync:
-        _windows(g, (cache,), (rows_out,), 0, None, True, window, window_sems).drain(
+        _windows(g, (cache,), (rows_out,), 0, None, True, bufs.window, bufs.window_sems).drain(
             layers * g.batch)
 
 
@@ -87,11 +87,11 @@ def sequences(g, cache, out, layer, start_ref, origin_ref, first, stopped, sync,
     window load and first tile are in flight already (``prefetch``) unless
     ``sync``."""
     St, T, n = g.kv_tile, g.tokens, chunk_rows(g)
-    tiles, tsem = bufs["tiles"], bufs["tile_sems"]
+    tiles, tsem = bufs.tiles, bufs.tile_sems
     if sync:      # the synchronised ablation: no DMA started ahead of this op
         _start_first(g, cache, out, layer, start_ref, origin_ref, first, bufs, sync=True)
-    wins = _windows(g, (cache,), (out,), layer, origin_ref, first, bufs["window"],
-                    bufs["window_sems"], sync)
+    wins = _windows(g, (cache,), (out,), layer, origin_ref, first, bufs.window,
+                    bufs.window_sems, sync)
 
     def seq_body(b, carry):
         # In flight already: b's window load and first tile (``prefetch`` for

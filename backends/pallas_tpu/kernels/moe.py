@@ -12,7 +12,8 @@ a slot. gpt-oss's options (ir/ops.py MoE): biased router logits, biased
 experts, clamped SwiGLU. ``n_group`` / ``topk_group``: DeepSeek's
 group-limited selection (1 / 1: none).
 
-``buffers(g)`` - what ``moe_routed`` needs, by argument name (E = num_experts):
+``buffers(g)`` - what ``moe_routed`` needs, by name (E = num_experts; the kernel
+passes the ones the plan bound to a node as one ``Buffers``, ``bufs``):
   used_v      VMEM (8, E) int32          row 0: 1 where any valid row picked expert e
   used_s      SMEM (8, E) int32          the same, readable as scalars
   uniq        SMEM (experts_local,) i32  compact list of picked local experts
@@ -23,8 +24,8 @@ group-limited selection (1 / 1: none).
   ids_sem     DMA (1,)                   used_v -> used_s
 
 ``moe_routed(g, x, logits, router_bias, experts_gate, experts_up, experts_down,
-layer, expert_offset, **buffers, logit_bias=None, biases=None, bias_here=True,
-static_items=None)
+layer, expert_offset, bufs=, logit_bias=None, biases=None, bias_here=True,
+experts_scales=None, static_items=None)
 -> partial [rows_padded, hidden] f32`` - x value [RP, hidden] f32; logits value
 [RP, E] f32, x @ router (the emitter streams the router through the ring like
 any linear: x in the weight's dtype, f32 accumulation); router_bias value
@@ -33,6 +34,7 @@ int32; expert_offset = global id of local expert 0 (EP) or 0 (TP); logit_bias
 [1, E] f32 (``router_logit_bias``); biases (gate [1, experts_local, inter_local], up, down [1, experts_local,
 hidden]) f32 (``expert_bias``); bias_here: whether this core adds the down
 biases (one core of each group splitting an expert's intermediate);
+experts_scales: the HBM refs of quantized experts' scales (gate, up, down);
 static_items: a profile build's fixed count of expert items (the kernel's
 ``PROFILE_EXPERT_ITEMS``), in place of the routed one. Returns the
 sum over this core's selected experts of weight * expert(x) for valid rows and
@@ -54,6 +56,8 @@ layer's experts are unknown until its router runs, so nothing crosses calls.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -68,6 +72,23 @@ from megakernel.activations import clamped_swiglu
 from megakernel.compiler.geometry.moe import MoEGeometry, scale_rows  # noqa: F401 - re-exported
 
 HI = jax.lax.Precision.HIGHEST
+
+
+class Buffers(NamedTuple):
+    """The refs of ``buffers(g)`` bound to one MoE node, by name (the scales'
+    slots only for quantized experts)."""
+
+    used_v: Any
+    used_s: Any
+    uniq: Any
+    gate_slots: Any
+    up_slots: Any
+    down_slots: Any
+    slot_sems: Any
+    ids_sem: Any
+    gate_scales: Any = None
+    up_scales: Any = None
+    down_scales: Any = None
 
 
 def _matmul(x, w):
@@ -180,12 +201,11 @@ def _glu(g: MoEGeometry, gate, up):
 
 
 def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
-               experts_down, layer, expert_offset, *, used_v, used_s, uniq, gate_slots,
-               up_slots, down_slots, slot_sems, ids_sem, logit_bias=None, biases=None,
-               bias_here=True, gate_scales=None, up_scales=None, down_scales=None,
-               experts_scales=None, static_items=None):
-    uniq_s, gate_b, up_b, down_b, sems, isem = (uniq, gate_slots, up_slots, down_slots,
-                                                slot_sems, ids_sem)
+               experts_down, layer, expert_offset, *, bufs: Buffers, logit_bias=None,
+               biases=None, bias_here=True, experts_scales=None, static_items=None):
+    used_v, used_s, uniq_s, isem = bufs.used_v, bufs.used_s, bufs.uniq, bufs.ids_sem
+    gate_b, up_b, down_b, sems = bufs.gate_slots, bufs.up_slots, bufs.down_slots, bufs.slot_sems
+    gate_scales, up_scales, down_scales = bufs.gate_scales, bufs.up_scales, bufs.down_scales
     K, C, nc = g.slots, g.chunk, g.chunks
     combine, used = route(g, logits, router_bias, logit_bias)
     used_v[...] = jnp.broadcast_to(used, used_v.shape)

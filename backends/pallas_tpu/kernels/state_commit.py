@@ -6,8 +6,8 @@ output copied out by XLA (docs/verification.md, "Copies around the call"), so
 whole-access state (Gated DeltaNet's conv histories and recurrent state) is
 passed to the megakernel read only, like the appended caches
 (``new_rows.py``), and the kernel returns per layer and sequence a window of
-W rows of updates, row i*T + t for step i's token t. The generated
-``make_step`` commits them into the donated state (``STATE_UPDATES`` in the
+W rows of updates, row i*T + t for step i's token t. ``runtime.make_step``
+commits them into the donated state (``STATE_UPDATES`` in the generated
 module), each state by its op kind's rule (``COMMITS``), counting for each
 sequence only the rows of the steps it ran (``steps_run``).
 
