@@ -27,3 +27,25 @@ def test_a_missing_rule_names_the_rule_the_kind_and_the_node():
     assert str(info.value).startswith(
         "no cost rule for op kind 'gated_deltanet' (layers[3].mixer)")
     assert "compiler/cost.py" in str(info.value)
+
+
+def test_the_architecture_doc_lists_every_registry():
+    """docs/architecture.md's registry table names each registry of the package
+    and the module that defines it."""
+    import re
+    import sys
+    from pathlib import Path
+
+    import megakernel.kinds  # noqa: F401 - every registry created
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \|", text, re.M)}
+    found = {}
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("megakernel.") and getattr(mod, "__file__", None):
+            for var, value in vars(mod).items():
+                if isinstance(value, Registry) and var.isupper():
+                    found.setdefault(var, set()).add(Path(mod.__file__).name)   # and re-exports
+    assert set(rows) == set(found), f"table vs package: {set(rows) ^ set(found)}"
+    for var, files in found.items():
+        assert any(f in rows[var] for f in files), f"{var} is in {files}, the table says {rows[var]}"
