@@ -23,7 +23,7 @@ from megakernel.errors import IRError, MegakernelError
 from megakernel.ir.types import DType
 
 if TYPE_CHECKING:
-    from megakernel.ir.config import ModelConfig
+    from megakernel.ir.card import ModelConfig
     from megakernel.ir.graph import Layer, Model
 
 
