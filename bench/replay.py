@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megakernel.compiler.cost import Event
+from megakernel.compiler.cost_timeline import Event
 from megakernel.compiler.dma_service import HbmPath, phase_seconds
 from megakernel.compiler.target import CostConstants
 

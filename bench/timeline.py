@@ -30,8 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megakernel.compiler.cost import Event
-from megakernel.compiler.cost_timeline import DmaLane, place_events
+from megakernel.compiler.cost_timeline import DmaLane, Event, place_events
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from megakernel.compiler.plan_json import OMIT_DEFAULT
+from megakernel.compiler.plan_json import BY_LIBRARY, OMIT_DEFAULT
 
 
 class Space(enum.Enum):
@@ -119,7 +119,7 @@ class OpGeometry:
     stack: int
     node: str
     library: str
-    geometry: object
+    geometry: object = field(metadata={BY_LIBRARY: True})
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from megakernel.compiler import calibration, dma_service, piece_rates
+from megakernel.compiler.cost_timeline import Event, timeline as make_timeline
 from megakernel.compiler.layout import itemsize
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectivePlan
@@ -66,14 +67,6 @@ class PhaseCost:
     stall_s: float
     prefetched_s: float        # HBM time already done ahead by the ring (credit used)
     time_s: float              # steady-state time of one occurrence
-
-
-@dataclass(frozen=True)
-class Event:
-    lane: str                  # dma | compute | collective | stall
-    label: str
-    start_us: float
-    end_us: float
 
 
 @dataclass(frozen=True)
@@ -311,8 +304,6 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     (``compiler/xla_copies.py``) once, then ``request.steps`` steps; steps
     after the first start with the ring credit the previous head left (the
     ring runs on across the step boundary). step_ms is the call over N."""
-    from megakernel.compiler.cost_timeline import timeline as make_timeline
-
     pre, stacks, head, rate = _phases(model, shard, memory, collectives, target, request)
     launch, pre = pre[:1], pre[1:]          # per call: launch; per step: the rest
     stream = memory.stream

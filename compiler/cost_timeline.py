@@ -16,8 +16,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megakernel.compiler.cost import Event
 from megakernel.ir.graph import Model
+
+
+@dataclass(frozen=True)
+class Event:
+    """One bar of the modeled timeline (``CostReport.timeline``)."""
+
+    lane: str                  # dma | compute | collective | stall
+    label: str
+    start_us: float
+    end_us: float
 
 
 @dataclass

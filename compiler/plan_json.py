@@ -5,7 +5,8 @@
 ``Plan.from_json(plan.to_json()) == plan`` and the compiled folder's plan.json
 is the plan the kernel was generated from, with no re-planning. The model is
 carried in its IR form (``ir/serialize.py``); an op library's geometry is
-found by its library name (``GEOMETRIES``). Floats keep their exact repr.
+found by its library name (``GEOMETRIES``), in the field a record marks
+``BY_LIBRARY`` (``buffers.OpGeometry``). Floats keep their exact repr.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ GEOMETRIES: Registry = Registry("geometry record", "compiler/plan_buffers.py",
 
 
 OMIT_DEFAULT = "omit_default"
+# Field metadata: the field holds the geometry record of the library its record's
+# ``library`` field names, whose class is found in GEOMETRIES (buffers.OpGeometry).
+BY_LIBRARY = "by_library"
 
 
 def encode(value):
@@ -52,19 +56,24 @@ def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
+@functools.lru_cache(maxsize=None)
+def _by_library(cls) -> str | None:
+    """The name of ``cls``'s field marked BY_LIBRARY, if it has one."""
+    return next((f.name for f in dataclasses.fields(cls) if f.metadata.get(BY_LIBRARY)), None)
+
+
 def decode(kind, data, path: str = "plan"):
     """``data`` (JSON values) as a value of type ``kind``."""
-    from megakernel.compiler.buffers import OpGeometry
     from megakernel.ir.graph import Model
     from megakernel.ir.serialize import model_from_dict
 
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if kind is Model:
         return model_from_dict(data)
-    if kind is OpGeometry:
+    if dataclasses.is_dataclass(kind) and (name := _by_library(kind)) is not None:
         record = GEOMETRIES(data["library"], path)
-        fields = {k: v for k, v in data.items() if k != "geometry"}
-        return OpGeometry(**fields, geometry=decode(record, data["geometry"], path))
+        fields = {k: v for k, v in data.items() if k != name}
+        return kind(**fields, **{name: decode(record, data[name], path)})
     if dataclasses.is_dataclass(kind):
         if not isinstance(data, dict):
             raise PlanningError(f"expected an object for {kind.__name__}, found "

@@ -9,18 +9,15 @@ constant sits in ``COST_TABLE`` with the source of its value.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass, field
 
+# The chip table sits below ir/ (megakernel/chips.py); CHIPS stays importable from here.
+from megakernel.chips import CHIPS, MAX_CORES, chip_info, chip_version  # noqa: F401
 from megakernel.errors import PlanningError
 
 MiB = 2**20
 DEFAULT_VMEM_RESERVE = 6 * MiB
-MAX_CORES = 32
-
-# Short chip names users type -> pltpu.ChipVersion member names.
-CHIPS = {"tpu7x": "TPU_7X", "v6e": "TPU_V6E", "v5e": "TPU_V5E"}
 
 
 @dataclass(frozen=True)
@@ -197,35 +194,18 @@ def make_topology(chip: str, cores: int) -> Topology:
     if not (isinstance(cores, int) and 1 <= cores <= MAX_CORES):
         raise PlanningError(f"devices={cores!r} must be an integer in 1..{MAX_CORES}",
                             path="target.devices")
-    per_chip = _chip_version(chip).num_physical_tensor_cores_per_chip
+    per_chip = chip_version(chip).num_physical_tensor_cores_per_chip
     chips = math.ceil(cores / per_chip)
     grid = _GRIDS.get(chips) or (chips, 1, 1)
     dims = grid if per_chip > 1 else tuple(d for d in grid if d > 1)[:2] or (1, 1)
     return Topology(cores, per_chip, chips, grid, f"{chip}:" + "x".join(map(str, dims)))
 
 
-def _chip_version(chip: str):
-    from jax.experimental.pallas import tpu as pltpu
-
-    if chip not in CHIPS:
-        raise PlanningError(f"chip={chip!r} is not supported; supported: {sorted(CHIPS)}",
-                            path="target.chip")
-    return getattr(pltpu.ChipVersion, CHIPS[chip])
-
-
-@functools.lru_cache(maxsize=None)
-def _chip_info(chip: str):
-    from jax.experimental.pallas import tpu as pltpu
-
-    # Per TensorCore: on TPU7x each TensorCore is its own device, so 1.
-    return pltpu.get_tpu_info_for_chip(_chip_version(chip), 1)
-
-
 def make_target(chip: str = "tpu7x", cores: int = 1, *,
                 vmem_reserve: int = DEFAULT_VMEM_RESERVE,
                 constants: CostConstants | None = None) -> Target:
     """A target of ``cores`` TensorCores of ``chip`` (``tpu7x``, ``v6e``, ``v5e``)."""
-    info = _chip_info(chip)
+    info = chip_info(chip)
     if not 0 <= vmem_reserve < info.vmem_capacity_bytes:
         raise PlanningError(f"vmem_reserve={vmem_reserve} must be in [0, "
                             f"{info.vmem_capacity_bytes}) bytes", path="target.vmem_reserve")

@@ -1,26 +1,22 @@
 """The layer templates of a card: the mixer table (attention, sliding
 attention, Gated DeltaNet) and the FFN table (dense MLP, MoE), each a block
-builder appending ops to a ``LayerBuilder``; ``layer`` makes one verified
-layer of a card (ir/config.py ``build`` calls it per layer).
+builder appending ops to a ``LayerBuilder``, registered in the card's tables
+(ir/card.py); ``layer`` makes one verified layer of a card (ir/config.py
+``build`` calls it per layer).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 from megakernel.errors import IRError, error_context
+from megakernel.ir.card import FFNS, MIXERS, ModelConfig
 from megakernel.ir.graph import Layer, OpNode
 from megakernel.ir.kind_elementwise import Activate, Mul
 from megakernel.ir.kind_gdn import GatedDeltaNet
 from megakernel.ir.kind_norm_parts import MeanSquare, RMSScale
 from megakernel.ir.ops import MLP, Activation, Add, Attention, Linear, MoE, Op, RMSNorm, Rope
 from megakernel.ir.types import TensorSpec
-from megakernel.registry import Registry
-
-if TYPE_CHECKING:
-    from megakernel.ir.config import ModelConfig
-
 
 # Op fields whose card field has another name: an op's error says which card
 # field to change (``layers.0.q_rope: theta: ... (set by the card's rope_theta)``).
@@ -133,9 +129,8 @@ def _linear_attention_block(c: ModelConfig, b: LayerBuilder, x: str) -> str:
     return b.add("attn_residual", Add, (x, o), "x_mid")
 
 
-# The mixer table: a layer_types name -> (layer kind label, block builder
-# (card, builder, residual tensor) -> the residual after the mixer).
-MIXERS: Registry = Registry("mixer", "ir/blocks.py", per_op_kind=False)
+# The mixer table (ir/card.py): a layer_types name -> (layer kind label, block
+# builder (card, builder, residual tensor) -> the residual after the mixer).
 MIXERS.register("full_attention")(
     ("", lambda c, b, x: _attention_block(c, b, x, c.sliding_window if c.layer_types is None
                                           else None, False)))
@@ -160,8 +155,8 @@ def _moe(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
                                     shared_expert_gate=m.shared_expert_gate), (hn,), "ffn_out")
 
 
-# The FFN table: a layer kind -> block builder (card, builder, normed input) -> output.
-FFNS: Registry = Registry("ffn", "ir/blocks.py", per_op_kind=False)
+# The FFN table (ir/card.py): a layer kind -> block builder (card, builder,
+# normed input) -> output.
 FFNS.register("dense")(_mlp)
 FFNS.register("moe")(_moe)
 

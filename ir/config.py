@@ -1,215 +1,30 @@
-"""The model card: a flat record of the few numbers that define a model, and the
-builder that turns it into the layer graph.
+"""The builder that turns a model card into the layer graph, and the card's names.
 
-A card reads like a published config (MaxText keeps a model in ~20 flat keys);
-``build`` makes the graph with one template per layer kind, no if-ladders over
-model families. Identical layers come out equal, so the graph groups them into
-stacks by itself.
+A card (``ir/card.py``: ``ModelConfig`` and its blocks) reads like a published
+config (MaxText keeps a model in ~20 flat keys); ``build`` makes the graph with
+one template per layer kind (``ir/blocks.py``), no if-ladders over model
+families. Identical layers come out equal, so the graph groups them into stacks
+by itself. The card's records and tables are imported from here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import ClassVar
 
 import numpy as np
 
 from megakernel.errors import IRError, error_context
-from megakernel.ir import limits, sizes
-from megakernel.ir.blocks import FFNS, MIXERS, LayerBuilder, layer, with_card_field
+from megakernel.ir import sizes
+from megakernel.ir.blocks import LayerBuilder, layer, with_card_field
+from megakernel.ir.card import (FFNS, MIXERS, LinearAttentionConfig, MLAConfig, MoEConfig,
+                                ModelConfig)
 from megakernel.ir.graph import Model
 from megakernel.ir.kind_elementwise import Scale, Softcap
-from megakernel.ir.ops import RMSNorm, RopeScaling
-from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
+from megakernel.ir.ops import RMSNorm
 from megakernel.ir.types import DType
-from megakernel.ir.weight_kinds import Quantize
 
-__all__ = ["FFNS", "MIXERS", "LayerBuilder", "LinearAttentionConfig", "MoEConfig",
+__all__ = ["FFNS", "MIXERS", "LayerBuilder", "LinearAttentionConfig", "MLAConfig", "MoEConfig",
            "ModelConfig", "build"]
-
-# Card fields carry exact types and bounded sizes, so that the size arithmetic
-# (ir/sizes.py) can run before anything is built. Floats, head_dim,
-# sliding_window and the words are range-checked by the op they are copied into,
-# whose error names the layer (``layers.0.attention: softmax_scale: ...``).
-_Width = Int(1, limits.MAX_WIDTH)
-_Heads = Int(1, limits.MAX_HEADS)
-
-
-@node
-class MoEConfig:
-    num_experts: Int(1, limits.MAX_EXPERTS)
-    top_k: Int(1, limits.MAX_EXPERTS)
-    expert_intermediate: _Width
-    scoring: Word = "softmax"
-    correction_bias: Bool = False
-    renormalize: Bool = True
-    routed_scaling: AnyFloat = 1.0
-    num_shared_experts: Int(0, limits.MAX_SHARED_EXPERTS) = 0
-    shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
-    # Qwen3-Next: the shared experts' sum is scaled per token by sigmoid(x . w).
-    shared_expert_gate: Bool = False
-    # gpt-oss: biased router logits, biased experts, clamped SwiGLU (ir/ops.py MoE).
-    router_logit_bias: Bool = False
-    expert_bias: Bool = False
-    swiglu_limit: AnyFloat | None = None
-    swiglu_alpha: AnyFloat = 1.0
-    # DeepSeek's group-limited routing (MoE op): 1 / 1 is plain top-k.
-    n_group: Int(1, limits.MAX_EXPERTS) = 1
-    topk_group: Int(1, limits.MAX_EXPERTS) = 1
-
-
-@node
-class MLAConfig:
-    """Multi-head latent attention (DeepSeek-V3, Kimi; ir/kind_mla.py), in
-    Hugging Face's names. ``q_lora_rank`` 0: one q projection instead of
-    q_a -> norm -> q_b. ``rope`` false: Kimi's NoPE (the rope part is split
-    off but not rotated). ``latent_norm_eps``: the q_a and kv_a norms' eps
-    (Hugging Face builds them with 1e-6 whatever rms_norm_eps says)."""
-
-    kv_lora_rank: _Width
-    qk_nope_head_dim: Int(1, limits.MAX_HEAD_DIM)
-    qk_rope_head_dim: Int(1, limits.MAX_HEAD_DIM)
-    v_head_dim: Int(1, limits.MAX_HEAD_DIM)
-    q_lora_rank: Int(0, limits.MAX_WIDTH) = 0
-    rope: Bool = True
-    output_gate: Bool = False
-    latent_norm_eps: AnyFloat = 1e-6
-
-
-@node
-class LinearAttentionConfig:
-    """The Gated DeltaNet mixer of ``linear_attention`` layers (Hugging Face's
-    ``linear_num_key_heads``, ``linear_num_value_heads``, ``linear_key_head_dim``,
-    ``linear_value_head_dim``, ``linear_conv_kernel_dim``)."""
-
-    num_key_heads: _Heads
-    num_value_heads: _Heads
-    key_head_dim: Int(1, limits.MAX_HEAD_DIM)
-    value_head_dim: Int(1, limits.MAX_HEAD_DIM)
-    conv_kernel: Int(1, limits.MAX_CONV_KERNEL) = 4
-
-
-@node
-class ModelConfig:
-    """Flat description of a decoder-only transformer (see docs/ir.md; every
-    range in docs/validation.md)."""
-
-    ERROR_PATH: ClassVar[str] = "config"
-
-    name: ModelName
-    vocab_size: Int(1, limits.MAX_VOCAB)
-    hidden_size: _Width
-    num_layers: Int(1, limits.MAX_LAYERS)
-    num_q_heads: _Heads
-    num_kv_heads: _Heads
-    head_dim: Int(0, limits.MAX_HEAD_DIM)
-    intermediate_size: _Width
-    activation: Word = "silu"
-    norm_eps: AnyFloat = 1e-6
-    norm_offset: Bool = False
-    rope_theta: AnyFloat = 10000.0
-    rotary_dim: Int(0, limits.MAX_HEAD_DIM) = 0
-    rope_scaling: RopeScaling | None = None
-    qkv_bias: Bool = False
-    o_bias: Bool = False
-    qk_norm: Bool = False
-    sliding_window: Int(0, limits.MAX_SEQ_LEN) | None = None
-    softmax_scale: AnyFloat = 0.0
-    tie_embeddings: Bool = False
-    dtype: Word = "bfloat16"
-    max_seq_len: Int(1, limits.MAX_SEQ_LEN) = 4096
-    moe: MoEConfig | None = None
-    first_k_dense: Int(0, limits.MAX_LAYERS) = 0
-    # Per layer, its mixer's name in MIXERS (Hugging Face 5.x ``layer_types``);
-    # absent: every layer full attention (windowed by ``sliding_window`` if set).
-    layer_types: tuple[Word, ...] | None = None
-    # Gemma 2's final-logit soft-capping: logits -> cap * tanh(logits / cap).
-    final_logit_softcap: AnyFloat | None = None
-    # Qwen3.5 / Qwen3-Next: the mixer of layer_types "linear_attention".
-    linear_attention: LinearAttentionConfig | None = None
-    # Qwen3.5 / Qwen3-Next full attention: attn * sigmoid(x W_gate) before o_proj.
-    attn_output_gate: Bool = False
-    # Where each block's norms sit: ``pre_norms`` before the mixer and before
-    # the FFN (Llama); ``post_norms`` on the mixer output and on the FFN
-    # output, before each residual add (both: Gemma 2/3; post only: OLMo 2).
-    pre_norms: Bool = True
-    post_norms: Bool = False
-    # Gemma: embedded tokens times sqrt(hidden_size), rounded to ``dtype``.
-    scale_embeddings: Bool = False
-    # Gemma 2: attention scores soft-capped, cap * tanh(scores / cap).
-    attn_logit_softcap: AnyFloat | None = None
-    # gpt-oss: a learned per-head logit in every softmax denominator.
-    attention_sinks: Bool = False
-    # Gemma 3: RoPE base of the sliding_attention layers (unscaled); the
-    # others use rope_theta and rope_scaling. None: all layers alike.
-    sliding_rope_theta: AnyFloat | None = None
-    # OLMo 2: q_norm / k_norm over the whole projection, all heads together.
-    qk_norm_all_heads: Bool = False
-    # Multi-head latent attention; with it the default mixer is "mla".
-    mla: MLAConfig | None = None
-    # Storage format per weight kind (megakernel/formats.py), e.g.
-    # {"experts": "mxfp4", "dense": "int8"}; absent kinds stay plain.
-    quantize: Quantize = Quantize()
-
-    def __post_init__(self):
-        if self.moe is None and self.first_k_dense:
-            raise IRError("first_k_dense is set but the model has no moe block",
-                          path="first_k_dense", hint="remove first_k_dense or add a moe block")
-        if self.moe is not None and self.first_k_dense >= self.num_layers:
-            raise IRError(f"first_k_dense={self.first_k_dense} leaves no MoE layer among "
-                          f"num_layers={self.num_layers}", path="first_k_dense",
-                          hint=f"use a value below {self.num_layers}, or remove the moe block")
-        DType.parse(self.dtype, path="dtype")
-        if self.layer_types is not None:
-            if len(self.layer_types) != self.num_layers:
-                raise IRError(f"lists {len(self.layer_types)} layers, expected num_layers="
-                              f"{self.num_layers}", path="layer_types")
-            unknown = sorted({t for t in self.layer_types if t not in MIXERS})
-            if unknown:
-                raise IRError(f"{unknown} are not mixers; known: {sorted(MIXERS.kinds())}",
-                              path="layer_types")
-            # `is None`: a 0 is a value, refused by the attention op that reads it.
-            if "sliding_attention" in self.layer_types and self.sliding_window is None:
-                raise IRError("names sliding_attention layers but sliding_window is not set",
-                              path="layer_types", hint="set sliding_window")
-        linear = self.layer_types is not None and "linear_attention" in self.layer_types
-        if linear and self.linear_attention is None:
-            raise IRError("names linear_attention layers but linear_attention is not set",
-                          path="layer_types", hint="add a linear_attention block (key and "
-                          "value heads, head dims, conv_kernel)")
-        if self.linear_attention is not None and not linear:
-            raise IRError("is set but no layer_types entry is linear_attention",
-                          path="linear_attention",
-                          hint="remove it, or name linear_attention layers in layer_types")
-        if self.sliding_rope_theta is not None and "sliding_attention" not in (
-                self.layer_types or ()):
-            raise IRError("sliding_rope_theta is set but layer_types names no "
-                          "sliding_attention layer", path="sliding_rope_theta",
-                          hint="list the sliding layers in layer_types, or remove it")
-        if self.qk_norm_all_heads and not self.qk_norm:
-            raise IRError("qk_norm_all_heads is set but qk_norm is not", path="qk_norm_all_heads",
-                          hint="set qk_norm, or remove qk_norm_all_heads")
-
-    def layer_kind(self, index: int) -> str:
-        """The FFN of layer ``index``: its name in FFNS."""
-        return "moe" if self.moe is not None and index >= self.first_k_dense else "dense"
-
-    def mixer(self, index: int) -> str:
-        """The mixer of layer ``index``: its name in MIXERS."""
-        if self.layer_types is not None:
-            return self.layer_types[index]
-        return "mla" if self.mla is not None else "full_attention"
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "ModelConfig":
-        """The card of ``data``; every unknown, missing or mistyped field is named."""
-        if not isinstance(data, dict):
-            raise IRError(f"expected an object, found {json_kind(data)}", path="config")
-        return cls(**data)
 
 
 def build(config: ModelConfig) -> Model:

@@ -1,9 +1,9 @@
 """Size arithmetic from the numbers alone: weight bytes, KV-cache bytes, HBM per core.
 
 Run before any graph, array or plan is built, so that a model that cannot fit
-any supported topology (``compiler.target.MAX_CORES`` TensorCores of the chip
-with the most HBM per core, capacities from ``pltpu`` as ``compiler/target.py``
-reads them) is refused in milliseconds with the figures, instead of after
+any supported topology (``chips.MAX_CORES`` TensorCores of the chip with the
+most HBM per core, capacities from ``pltpu`` as ``megakernel/chips.py`` reads
+them) is refused in milliseconds with the figures, instead of after
 minutes of building and tiling. ``of_config`` works from a card,
 ``of_layers`` / ``of_model`` from built layers' param specs; both give the same
 ``Sizes`` (tests/ir/test_sizes.py). A lower bound is all this claims: the
@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from megakernel import chips
 from megakernel.errors import IRError, MegakernelError
 from megakernel.ir.types import DType
 
 if TYPE_CHECKING:
-    from megakernel.ir.config import ModelConfig
+    from megakernel.ir.card import ModelConfig
     from megakernel.ir.graph import Layer, Model
 
 
@@ -132,10 +133,8 @@ def of_model(model: "Model", *, formatted: bool = False) -> Sizes:
 @functools.lru_cache(maxsize=None)
 def largest_topology() -> tuple[str, int, int]:
     """(chip, cores, HBM bytes per core) of the supported topology with the most HBM."""
-    from megakernel.compiler.target import CHIPS, MAX_CORES, make_target
-
-    chip = max(CHIPS, key=lambda c: make_target(c).hbm_bytes)
-    return chip, MAX_CORES, make_target(chip).hbm_bytes
+    chip = max(chips.CHIPS, key=chips.hbm_bytes)
+    return chip, chips.MAX_CORES, chips.hbm_bytes(chip)
 
 
 def check_fits(sizes: Sizes, *, cores: int | None = None, hbm_per_core: int | None = None,

@@ -2,9 +2,10 @@
 
 A checkpoint folder holds ``config.json`` and either ``model.safetensors`` or
 shards listed in ``model.safetensors.index.json``. Every IR weight
-(``Model.params()``) is taken from the HF tensors named in ``NAMES`` for the
-folder's ``model_type``, reshaped by its rule in ``_RULES``: HF linears are
-[out, in] and IR ones [in, out]; MoE experts are stacked to [E, ...]. Experts
+(``Model.params()``) is taken from the HF tensors named in the table of the
+folder's ``model_type`` (models/checkpoint_names.py), reshaped by its rule in
+``_RULES``: HF linears are [out, in] and IR ones [in, out]; MoE experts are
+stacked to [E, ...]. Experts
 may be stored one tensor per expert or fused (transformers 5.x:
 ``experts.gate_up_proj`` [E, 2I, H] with gate first, ``experts.down_proj``
 [E, H, I]; the [in, out] orientation is recognised by shape too, and when both
@@ -23,7 +24,6 @@ modules ship quantized keep their codes and scales.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,110 +33,16 @@ from megakernel.errors import ConfigError, shown
 from megakernel.ir.graph import Model
 from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType, ParamSpec
-from megakernel.models import shipped, shipped_view
+from megakernel.models import hf_deepseek, shipped, shipped_view
+from megakernel.models.checkpoint_families import family_tables
+from megakernel.models.checkpoint_hybrid import LAYER_RULES
+from megakernel.models.checkpoint_names import LAYER_PREFIX, PREFIXES, Source, weight_sources
+from megakernel.models.hf import from_hf, supported
 from megakernel.models.tensor_files import TensorFiles as _Files
 
 
-@dataclass(frozen=True)
-class Source:
-    """An HF tensor name (``{e}`` stands for the expert), its reshape rule and
-    the rule's extra arguments (head counts, for the families that need them)."""
-
-    name: str
-    rule: str = "copy"
-    args: tuple = ()
-
-
-def _attn_mlp() -> dict[str, tuple[Source, ...]]:
-    t = {"input_norm.weight": (Source("input_layernorm.weight"),),
-         "post_norm.weight": (Source("post_attention_layernorm.weight"),),
-         "q_norm.weight": (Source("self_attn.q_norm.weight"),),
-         "k_norm.weight": (Source("self_attn.k_norm.weight"),)}
-    for p in "qkvo":
-        t[f"{p}_proj.weight"] = (Source(f"self_attn.{p}_proj.weight", "T"),)
-        t[f"{p}_proj.bias"] = (Source(f"self_attn.{p}_proj.bias"),)
-    for p in ("gate", "up", "down"):
-        t[f"mlp.{p}"] = (Source(f"mlp.{p}_proj.weight", "T"),)
-    return t
-
-
-def _moe(router: tuple[str, ...], per_expert: dict[str, str],
-         fused: tuple[str, ...]) -> dict[str, tuple[Source, ...]]:
-    """MoE rows: ``per_expert`` maps gate/up/down to one expert's tensor name;
-    ``fused`` are the prefixes under which fused expert tensors may live."""
-    t = {"moe.router": tuple(Source(r, "T") for r in router)}
-    for part, name in per_expert.items():
-        fused_name = "gate_up_proj" if part != "down" else "down_proj"
-        t[f"moe.experts_{part}"] = (Source(name, "experts_T"),) + tuple(
-            Source(f"{f}.{fused_name}", f"fused_{part}") for f in fused)
-    return t
-
-
-_ATTN_MLP = _attn_mlp()
-LAYER_PREFIX = "model.layers.{i}."
-GLOBAL: dict[str, tuple[Source, ...]] = {
-    # (published vision-language checkpoints keep the text model under model.language_model)
-    "embed.weight": (Source("model.embed_tokens.weight"),
-                     Source("model.language_model.embed_tokens.weight")),
-    "final_norm.weight": (Source("model.norm.weight"), Source("model.language_model.norm.weight")),
-    "lm_head.weight": (Source("lm_head.weight", "T"),),
-}
-# model_type -> the prefixes a layer's tensors may live under (default LAYER_PREFIX).
-PREFIXES: dict[str, tuple[str, ...]] = {}
-# model_type -> prefixes of tensors outside the decode step (a vision tower, a
-# multi-token-prediction head) that transformers' causal LM ignores on load too.
-IGNORED_PREFIXES: dict[str, tuple[str, ...]] = {}
-# model_type -> IR layer weight suffix -> HF sources (under LAYER_PREFIX), tried in order.
-NAMES: dict[str, dict[str, tuple[Source, ...]]] = {
-    "llama": _ATTN_MLP,
-    "qwen2": _ATTN_MLP,
-    "qwen3": _ATTN_MLP,
-    "qwen3_moe": {**_ATTN_MLP, **_moe(
-        ("mlp.gate.weight",),
-        {p: f"mlp.experts.{{e}}.{p}_proj.weight" for p in ("gate", "up", "down")},
-        ("mlp.experts",))},
-    "mixtral": {**_ATTN_MLP, **_moe(
-        ("block_sparse_moe.gate.weight", "mlp.gate.weight"),
-        {"gate": "block_sparse_moe.experts.{e}.w1.weight",
-         "up": "block_sparse_moe.experts.{e}.w3.weight",
-         "down": "block_sparse_moe.experts.{e}.w2.weight"},
-        ("block_sparse_moe.experts", "mlp.experts"))},
-}
-_GEMMA = {**_ATTN_MLP,
-          "post_norm.weight": (Source("pre_feedforward_layernorm.weight"),),
-          "post_attn_norm.weight": (Source("post_attention_layernorm.weight"),),
-          "post_ffn_norm.weight": (Source("post_feedforward_layernorm.weight"),)}
-NAMES.update({
-    "mistral": _ATTN_MLP,
-    "gemma2": _GEMMA,
-    "gemma3_text": _GEMMA,
-    "olmo2": {**_ATTN_MLP,
-              "post_attn_norm.weight": (Source("post_attention_layernorm.weight"),),
-              "post_ffn_norm.weight": (Source("post_feedforward_layernorm.weight"),)},
-    # Phi-3 fuses q|k|v and gate|up along the output rows: split at load.
-    "phi3": {**_ATTN_MLP,
-             **{f"{p}_proj.weight": (Source("self_attn.qkv_proj.weight", f"rows_{p}"),)
-                for p in "qkv"},
-             "mlp.gate": (Source("mlp.gate_up_proj.weight", "rows_gate"),),
-             "mlp.up": (Source("mlp.gate_up_proj.weight", "rows_up"),)},
-    # gpt-oss stores experts stacked and [in, out], gate and up interleaved
-    # along the columns (gate even, up odd), each with a bias.
-    "gpt_oss": {**_ATTN_MLP,
-                "attention.sinks": (Source("self_attn.sinks"),),
-                "moe.router": (Source("mlp.router.weight", "T"),),
-                "moe.router_logit_bias": (Source("mlp.router.bias"),),
-                "moe.experts_gate": (Source("mlp.experts.gate_up_proj", "even"),),
-                "moe.experts_up": (Source("mlp.experts.gate_up_proj", "odd"),),
-                "moe.experts_down": (Source("mlp.experts.down_proj"),),
-                "moe.experts_gate_bias": (Source("mlp.experts.gate_up_proj_bias", "even"),),
-                "moe.experts_up_bias": (Source("mlp.experts.gate_up_proj_bias", "odd"),),
-                "moe.experts_down_bias": (Source("mlp.experts.down_proj_bias"),)},
-})
 # Derived buffers some older checkpoints carry; recomputed from the config.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-# Rules that also need the IR layer the weight belongs to (head counts of a
-# fused or interleaved tensor): (files, name, spec, layer) -> array.
-LAYER_RULES: dict = {}
 
 
 def _fused_gate_up(files: _Files, name: str, spec: ParamSpec, half: int) -> np.ndarray:
@@ -215,27 +121,12 @@ _RULES = {
        for p in ("q", "k", "v", "gate", "up")},
     "even": lambda f, n, s: _interleaved(f, n, s, 0),
     "odd": lambda f, n, s: _interleaved(f, n, s, 1),
+    **hf_deepseek.RULES,        # DeepSeek's rope permutation and kv_b_proj split
 }
+# Rules that also need the IR layer the weight belongs to (head counts of a fused
+# or interleaved tensor), (files, name, spec, layer) -> array, are LAYER_RULES
+# (models/checkpoint_hybrid.py).
 
-
-def _family_tables(model_type: str, config: dict, model: Model):
-    """(layer name table, ignored tensor prefixes) of one checkpoint: the fixed
-    rows of ``NAMES``, or those a family builds from its config and model
-    (models/hf_deepseek.py: head counts, the rope permutation, MTP layers)."""
-    if model_type in NAMES:
-        return NAMES[model_type], IGNORED_PREFIXES.get(model_type, ())
-    from megakernel.models import hf_deepseek
-
-    _RULES.update(hf_deepseek.RULES)
-    return (hf_deepseek.checkpoint_names(config, model),
-            hf_deepseek.ignored_prefixes(config))
-
-
-def _sources(names: dict, weight: str) -> tuple[tuple[Source, ...], int | None]:
-    if weight in GLOBAL:
-        return GLOBAL[weight], None
-    _, i, suffix = weight.split(".", 2)
-    return names.get(suffix, ()), int(i)
 
 
 def load_checkpoint(path: str | Path, model: Model | None = None, *,
@@ -246,8 +137,6 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
     back quantized (``quantize.Packed``): as shipped when the checkpoint ships
     them in that format, else rounded from the checkpoint's values. ``model``
     defaults to the folder's config.json imported with ``from_hf``."""
-    from megakernel.models.hf import from_hf, supported
-
     folder = Path(path)
     config = read_json(folder / "config.json", error=ConfigError)
     model_type = config.get("model_type") if isinstance(config, dict) else None
@@ -260,7 +149,7 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
         model = build(from_hf(folder, dtype=None if dtype is None else DType.parse(dtype).value))
     target = DType.parse(dtype) if dtype is not None else model.dtype
     files = _Files(folder)
-    names, ignored = _family_tables(model_type, config, model)
+    names, ignored = family_tables(model_type, config, model)
     scheme = None
     if config.get("quantization_config") is not None:
         scheme = shipped.read(config["quantization_config"],
@@ -284,7 +173,7 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
 
 def _load_one(files: _Files, model_type: str, names: dict, weight: str, spec: ParamSpec,
               model: Model) -> np.ndarray:
-    sources, layer = _sources(names, weight)
+    sources, layer = weight_sources(names, weight)
     prefixes = ("",) if layer is None else tuple(
         p.format(i=layer) for p in PREFIXES.get(model_type, (LAYER_PREFIX,)))
     tried = []
@@ -324,7 +213,3 @@ def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray]
         raise ConfigError(f"{len(left)} tensors are not used by the model: {shown}{more}",
                           path="checkpoint", hint="the checkpoint has weights the IR "
                           "model does not (a different architecture or config?)")
-
-
-# The hybrid linear-attention families register their rows (after the tables above).
-from megakernel.models import checkpoint_hybrid  # noqa: E402,F401

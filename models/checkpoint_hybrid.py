@@ -1,6 +1,6 @@
 """Checkpoint names of the hybrid linear-attention families (qwen3_5, qwen3_5_text,
-qwen3_next): the rows of ``checkpoint.NAMES`` and the rules that cut fused HF
-tensors into the IR's contiguous-per-head weights (tests/fixtures/hf/README.md).
+qwen3_next): the rows of ``checkpoint_names.NAMES`` and the rules that cut fused
+HF tensors into the IR's contiguous-per-head weights (tests/fixtures/hf/README.md).
 
 * Gated DeltaNet, Qwen3.5: ``in_proj_qkv`` rows are flat ``q | k | v`` (heads
   in order); ``in_proj_z``, ``in_proj_b``, ``in_proj_a`` are separate.
@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from megakernel.errors import ConfigError
-from megakernel.models.checkpoint import (IGNORED_PREFIXES, LAYER_PREFIX, LAYER_RULES, NAMES,
-                                          PREFIXES, Source, _attn_mlp, _moe)
+from megakernel.models.checkpoint_names import (IGNORED_PREFIXES, LAYER_PREFIX, NAMES, PREFIXES,
+                                                Source, _attn_mlp, _moe)
 
 
 def _gdn(layer):
@@ -100,14 +100,16 @@ def _shared_expert_gate(files, name, spec, layer):
     return _rows(files, name, (1, spec.shape[0]))[0]
 
 
-LAYER_RULES.update({
+# The rules that need the IR layer (models/checkpoint.py reads them):
+# (files, name, spec, layer) -> array.
+LAYER_RULES = {
     **{f"qkv_{p}": _flat_qkv(p) for p in "qkv"},
     **{f"qkvz_{p}": _grouped_qkvz(p) for p in "qkvz"},
     **{f"ba_{p}": _grouped_ba(p) for p in "ba"},
     **{f"conv_{p}": _conv(p) for p in "qkv"},
     "gated_query": _gated_q(0), "gated_gate": _gated_q(1),
     "shared_expert_gate": _shared_expert_gate,
-})
+}
 
 
 def _hybrid(moe: bool) -> dict[str, tuple[Source, ...]]:

@@ -26,9 +26,9 @@ from megakernel.ir.config import MoEConfig, ModelConfig, build
 from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType
 from megakernel.ir.weight_kinds import Quantize
-from megakernel.models import hf_hybrid, shipped, shipped_view
+from megakernel.models import hf_deepseek, hf_hybrid, shipped, shipped_view
 from megakernel.models.hf_extras import EXTRAS, gpt_oss_moe
-from megakernel.models.hf_fields import REQUIRED, FieldReader
+from megakernel.models.hf_fields import ACTIVATIONS, REQUIRED, FieldReader
 from megakernel.models.hf_rope import read_rope
 
 
@@ -101,16 +101,12 @@ FAMILIES: dict[str, Family] = {
                          "qwen_next", **_HYBRID),
 }
 
-ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
-               "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
 DTYPES = {"bfloat16": "bfloat16", "float32": "float32"}
 
 
 def _importers() -> dict:
     """model_type -> field importer, for families ``FAMILIES`` rows cannot
     describe (each a function of the FieldReader giving card fields)."""
-    from megakernel.models import hf_deepseek
-
     return hf_deepseek.IMPORTERS
 
 

@@ -7,7 +7,8 @@ routed scaling), shared experts and the first ``first_k_dense_replace`` layers
 dense, with default or YaRN rope. Facts: tests/fixtures/hf/README.md, "DeepSeek-V3".
 
 ``checkpoint_names(config, model)`` maps the checkpoint's tensors onto the IR's
-weights (models/checkpoint.py), with three conversions:
+weights (models/checkpoint_families.py), with three conversions (``RULES``,
+which models/checkpoint.py applies):
 
 * ``kv_b_proj`` [H*(dn+dv), R], rows per head ``k_nope_h | v_h``, is split
   into the MLA op's ``w_uk`` [H*dn, R] and ``w_uv`` [R, H*dv];
@@ -30,7 +31,9 @@ import numpy as np
 from megakernel.errors import ConfigError, shown
 from megakernel.ir import limits
 from megakernel.ir.config import MLAConfig, MoEConfig
-from megakernel.models.hf_fields import REQUIRED, FieldReader
+from megakernel.models.checkpoint_names import Source, _attn_mlp, _moe
+from megakernel.models.hf_fields import ACTIVATIONS, REQUIRED, FieldReader
+from megakernel.models.hf_rope import read_rope
 
 def _harmless(r: FieldReader) -> None:
     """Keys that never change the decode maths, type-checked all the same:
@@ -50,9 +53,6 @@ def _harmless(r: FieldReader) -> None:
 
 def import_fields(r: FieldReader) -> dict[str, Any]:
     """Card fields of a deepseek_v3 / kimi_k2 config (problems recorded in ``r``)."""
-    from megakernel.models.hf import ACTIVATIONS
-    from megakernel.models.hf_rope import read_rope
-
     size = lambda key, high, default=REQUIRED: r.get(key, int, default, low=1, high=high)  # noqa: E731
     heads = size("num_attention_heads", limits.MAX_HEADS)
     kv_heads = size("num_key_value_heads", limits.MAX_HEADS, heads)
@@ -178,9 +178,7 @@ RULES = {"deepseek_q": _q_rows, "deepseek_kv_a": _kv_a, "deepseek_kv_b": _kv_b}
 
 
 def checkpoint_names(config: dict, model) -> dict:
-    """IR layer weight suffix -> HF sources (models/checkpoint.py ``Source``)."""
-    from megakernel.models.checkpoint import Source, _attn_mlp, _moe
-
+    """IR layer weight suffix -> HF sources (models/checkpoint_names.py ``Source``)."""
     op = next(n.op for n in model.layers[0].nodes if n.op.kind == "mla")
     heads, dn, dr, dv = op.num_heads, op.nope_dim, op.rope_dim, op.v_head_dim
     interleave = config.get("rope_interleave", True) is not False

@@ -28,6 +28,11 @@ HARMLESS_KEYS = frozenset({
     "return_dict", "pretraining_tp",  # tp slices the matmuls: same sums
 })
 
+# Hugging Face ``hidden_act`` values -> the card's activation (models/hf.py and
+# models/hf_deepseek.py read them).
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
+               "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false",
                str: "a string", dict: "an object", list: "a list"}
 

@@ -35,6 +35,8 @@ import numpy as np
 from megakernel import formats
 from megakernel.errors import ConfigError
 from megakernel.ir.types import ParamSpec
+from megakernel.models.checkpoint_families import family_tables
+from megakernel.models.checkpoint_names import LAYER_PREFIX, PREFIXES, weight_sources
 from megakernel.models.shipped import Layout, Scheme
 from megakernel.quantize import Packed, decode_np, from_shipped
 
@@ -216,17 +218,15 @@ def card_table(scheme: Scheme, model, config: dict) -> dict[str, str]:
     in (a kind some of whose modules ship as floats, or in two formats, stays
     plain: its shipped modules are dequantized on load). Each IR weight's
     modules are its checkpoint names (every alternative the loader tries)."""
-    from megakernel.models import checkpoint as ck
-
-    names, _ = ck._family_tables(config["model_type"], config, model)
+    names, _ = family_tables(config["model_type"], config, model)
     specs = model.params()
     found: dict[str, set] = {k: set() for k in CHOSEN_KINDS}
     for weight, kind in weight_kinds(model).items():
         if kind not in found or weight not in specs:
             continue
-        sources, layer = ck._sources(names, weight)
+        sources, layer = weight_sources(names, weight)
         prefixes = ("",) if layer is None else tuple(
-            p.format(i=layer) for p in ck.PREFIXES.get(config["model_type"], (ck.LAYER_PREFIX,)))
+            p.format(i=layer) for p in PREFIXES.get(config["model_type"], (LAYER_PREFIX,)))
         for name in (p + s.name for p in prefixes for s in sources):
             experts = range(specs[weight].shape[0]) if "{e}" in name else (None,)
             for e in experts:

@@ -7,7 +7,7 @@ import numbers
 
 import pytest
 
-from megakernel.compiler.cost import Event
+from megakernel.compiler.cost_timeline import Event
 
 from bench import config, record, run, table, timeline
 
