@@ -195,7 +195,7 @@ def _profile_stage(rec, plan, devices, compiled) -> None:
 
 def aot_topology(devices: int) -> str:
     """The smallest TPU7x topology with at least ``devices`` TensorCores."""
-    from megakernel.cli.args import TOPOLOGIES
+    from megakernel.chips import TOPOLOGIES
 
     return min((n, t) for t, n in TOPOLOGIES.items()
                if t.startswith("tpu7x:") and n >= max(devices, 8))[1]

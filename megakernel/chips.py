@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from megakernel.errors import PlanningError
+from megakernel.errors import EmitError, PlanningError
 
 MAX_CORES = 32
 
@@ -42,3 +42,22 @@ def chip_info(chip: str):
 def hbm_bytes(chip: str) -> int:
     """HBM capacity of one TensorCore of ``chip``."""
     return chip_info(chip).hbm_capacity_bytes
+
+
+# TPU topologies libtpu 0.0.51 compiles for from shapes (tried one by one), and
+# their TensorCores. Other names it either rejects or cannot lay out on one host.
+TOPOLOGIES = {
+    "tpu7x:1x1x1": 2, "tpu7x:2x1x1": 4, "tpu7x:2x2x1": 8, "tpu7x:2x2x2": 16,
+    "tpu7x:4x4x1": 32, "tpu7x:4x4x2": 64,
+    "v6e:1x1": 1, "v6e:2x2": 4, "v6e:4x4": 16,
+    "v5e:1x1": 1, "v5e:2x2": 4, "v5e:4x4": 16,
+}
+
+
+def check_topology(topology: str, chip: str, cores: int) -> None:
+    """The AOT topology is one of ``chip``'s, with at least ``cores`` TensorCores."""
+    fitting = [t for t, n in TOPOLOGIES.items() if t.split(":")[0] == chip and n >= cores]
+    if topology not in fitting:
+        raise EmitError(f"{topology} ({TOPOLOGIES[topology]} TensorCores) does not "
+                        f"fit a plan for {cores} {chip} TensorCore(s)", path="--topology",
+                        hint=f"give one of {', '.join(fitting) or 'none'}")

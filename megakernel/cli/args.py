@@ -16,14 +16,8 @@ import time
 from contextlib import contextmanager
 from decimal import Decimal
 
-# TPU topologies libtpu 0.0.51 compiles for from shapes (tried one by one), and
-# their TensorCores. Other names it either rejects or cannot lay out on one host.
-TOPOLOGIES = {
-    "tpu7x:1x1x1": 2, "tpu7x:2x1x1": 4, "tpu7x:2x2x1": 8, "tpu7x:2x2x2": 16,
-    "tpu7x:4x4x1": 32, "tpu7x:4x4x2": 64,
-    "v6e:1x1": 1, "v6e:2x2": 4, "v6e:4x4": 16,
-    "v5e:1x1": 1, "v5e:2x2": 4, "v5e:4x4": 16,
-}
+from megakernel.chips import TOPOLOGIES, check_topology  # noqa: F401 - the CLI's names
+
 _SIZE = re.compile(r"(\d{1,15}(?:\.\d{1,9})?)\s*([kmg]i?b)?", re.I)
 _UNITS = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
@@ -234,17 +228,6 @@ def make_plan(args, model=None):
                           tokens=args.tokens, context=args.context, overrides=overrides,
                           steps=args.steps_per_call)
     return model, plan
-
-
-def check_topology(topology: str, chip: str, cores: int) -> None:
-    """The AOT topology is one of ``chip``'s, with at least ``cores`` TensorCores."""
-    from megakernel.errors import EmitError
-
-    fitting = [t for t, n in TOPOLOGIES.items() if t.split(":")[0] == chip and n >= cores]
-    if topology not in fitting:
-        raise EmitError(f"{topology} ({TOPOLOGIES[topology]} TensorCores) does not "
-                        f"fit a plan for {cores} {chip} TensorCore(s)", path="--topology",
-                        hint=f"give one of {', '.join(fitting) or 'none'}")
 
 
 def model_arg(p, *, optional: bool = False):

@@ -97,13 +97,13 @@ def require_libtpu() -> None:
 
 def require_topology(topology: str, chip: str, cores: int) -> None:
     """``topology`` is one of ``chip``'s, with at least ``cores`` TensorCores."""
-    from megakernel.cli import args as cli_args
+    from megakernel import chips
     from megakernel.errors import EmitError
 
-    if topology not in cli_args.TOPOLOGIES:
+    if topology not in chips.TOPOLOGIES:
         fail(SetupError(f"{topology!r} is not a topology this project compiles for",
-                        path="aot.topology", hint="use one of " + ", ".join(cli_args.TOPOLOGIES)))
+                        path="aot.topology", hint="use one of " + ", ".join(chips.TOPOLOGIES)))
     try:
-        cli_args.check_topology(topology, chip, cores)
+        chips.check_topology(topology, chip, cores)
     except EmitError as err:
         fail(SetupError(err.message, path="aot.topology", hint=err.hint))

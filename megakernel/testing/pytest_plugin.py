@@ -38,7 +38,7 @@ from megakernel import virtual_devices
 _MODULE_DEVICES = pytest.StashKey[dict]()
 _EXPLICIT = pytest.StashKey[int]()
 _SOURCE = pytest.StashKey[str]()
-MAX_CORES = 32   # compiler/target.py; not imported, so that nothing pulls in jax early
+from megakernel.chips import MAX_CORES  # noqa: E402 - jax-free: pltpu loads on a chip lookup
 
 
 def _count(text) -> int:
