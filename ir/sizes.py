@@ -6,7 +6,7 @@ most HBM per core, capacities from ``pltpu`` as ``megakernel/chips.py`` reads
 them) is refused in milliseconds with the figures, instead of after
 minutes of building and tiling. ``of_config`` works from a card,
 ``of_layers`` / ``of_model`` from built layers' param specs; both give the same
-``Sizes`` (tests/ir/test_sizes.py). A lower bound is all this claims: the
+``Sizes`` (tests/ir/test_strict_files.py). A lower bound is all this claims: the
 planner adds padding, outputs and replicated tensors on top.
 """
 

@@ -161,7 +161,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 PLAIN = FORMATS["plain"]
 
 # What a card's ``quantize`` table may name: every matrix of the model is one
-# of these (``WEIGHT_KINDS`` in megakernel/weight_kinds.py says which).
+# of these (``WEIGHT_KINDS`` in ir/weight_kinds.py says which).
 KINDS = ("dense", "attention", "router", "experts", "embedding", "lm_head")
 # Weight kinds whose kernel path reads them through a gather or a router
 # comparison, where only plain storage is implemented.

@@ -35,18 +35,6 @@ OUTSIDE = re.compile(rf"(?<![\w./-])((?:/tmp/|\.\./)[\w./-]*?{_END})")
 OUTPUTS = ("bench/results/",)
 SKIP = ("tests/fixtures", "build", "out")   # and every hidden folder (.venv, .git)
 
-# Stale citations in modules other engineers were moving when this test was
-# written (issue 32): they fix them there. Each is the cited path and what to
-# cite instead; the test fails once one is fixed, so the entry goes too.
-KNOWN_STALE = {
-    "tests/ir/test_sizes.py": "ir/sizes.py: Sizes is tested in tests/ir/test_strict_files.py",
-    "megakernel/weight_kinds.py": "megakernel/formats.py: WEIGHT_KINDS is in ir/weight_kinds.py",
-    "/tmp/proto/p3_moe.py": "backends/pallas_tpu/kernels/moe.py: say what the prototype verified",
-    "/tmp/proto/p5_trace.py": "backends/pallas_tpu/check/trace_dmas.py: say what the prototype verified",
-    "/tmp/wire/measure.py": "backends/pallas_tpu/check/against_reference.py: the measurement is tools/measure_wire.py",
-    "/tmp/work/measure_ties.py": "backends/pallas_tpu/check/against_reference.py: say what the 24 draws measured",
-}
-
 
 def scanned_files() -> list[Path]:
     """The files to scan, walking the tree without entering skipped or hidden folders
@@ -95,18 +83,10 @@ def test_every_cited_file_exists():
     stale = [f"{where}: cites {cited}, which "
              + ("is outside the repository: no reader has it" if outside(cited)
                 else "does not exist in the repository")
-             for where, cited in citations() if missing(cited) and cited not in KNOWN_STALE]
+             for where, cited in citations() if missing(cited)]
     if stale:
         pytest.fail(f"{len(stale)} citation(s) of files that do not exist:\n  "
                     + "\n  ".join(stale)
                     + "\nCite a moved file by its new path (from the repository root); "
                       "describe a one-off or outside script by what it measured, or commit "
                       "it under tools/.", pytrace=False)
-
-
-@pytest.mark.parametrize("cited", sorted(KNOWN_STALE))
-def test_known_stale_citations_are_still_stale(cited):
-    where = [w for w, c in citations() if c == cited]
-    assert where and missing(cited), (
-        f"{cited} is no longer a stale citation ({KNOWN_STALE[cited]}): remove it from "
-        "KNOWN_STALE in tests/docs/test_cited_files.py")

@@ -43,7 +43,7 @@ from megakernel.models import reference
 # of the scale, 3 draws above the old 5e-3, all with sinks, 2-4 layers and a
 # one-ulp flip in a bf16 cache (the same draws in f32: <= 8e-7), hence 2e-2.
 # Re-measured with the bf16 all-reduce wire (partials rounded to bf16 once,
-# f32 sums; 2026-12-04, /tmp/wire/measure.py): 40 draws of model_configs, bf16,
+# f32 sums; 2026-12-04, tools/measure_wire.py): 40 draws of model_configs, bf16,
 # 20 on 2 cores (1-4 layers) and 20 on 4 (1-2 layers), batch 1-3, 1-2 tokens,
 # 2 steps, plus the post-norm graph of tests/e2e/test_generic_ops.py on 2 and 4
 # cores at batch 1-3; each also on an f32 wire. Largest logit error 9.6e-3 of
@@ -64,7 +64,7 @@ CACHE_TOL = {"float32": 4e-6, "bfloat16": 2 ** -7}
 # ROUTE_TIE (reference.decode_step_margins: last chosen minus first unchosen
 # selection score): rounding the kernel may differ by then picks other
 # experts, and the sequence's logits and state legitimately part ways.
-# Measured (2026-12-04, /tmp/work/measure_ties.py: 24 MoE draws of
+# Measured (2026-12-04, by a one-off script: 24 MoE draws of
 # model_configs on 2 and 4 cores, 9 of them bf16, 1-2 layers, batch 1-4, 1-3
 # tokens, 2 steps, 51 sequences, plus the two failing draws): bf16 flips at
 # margins of 1.35e-5, 1.7e-4 and 2.1e-4 (tests/e2e/test_route_ties.py); none

@@ -1,7 +1,7 @@
 """Trace mode: every DMA one decode step really executed, from the TPU interpreter.
 
 The interpreter runs ``DMA.execute_read`` exactly once per executed DMA with
-its payload, memory spaces and devices (verified in /tmp/proto/p5_trace.py);
+its payload, memory spaces and devices (found by a one-off interpreter prototype);
 wrapping it records (bytes, src/dst space, order, devices, kind). The kind
 comes from the code that started the DMA (its source location): the weight
 ring, per-layer vectors, the embedding gather, KV cache traffic, expert

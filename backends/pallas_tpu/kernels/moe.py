@@ -47,7 +47,7 @@ the best other lane (its top-2 sum), then topk_group rounds of max over the
 groups, ties to the lowest group. Every core runs it on the same replicated
 router and input, so every core picks the same experts, bit for bit.
 The union of picked experts goes VMEM -> SMEM by DMA (the only way a vector
-value becomes a DMA index, verified in /tmp/proto/p3_moe.py); each picked
+value becomes a DMA index, found by a one-off interpret-mode prototype); each picked
 local expert is fetched once per call and applied to all rows (extra LHS rows
 are ~free on the MXU), with weight 0 for rows that did not pick it. (expert,
 chunk) items stream through ``slots`` buffers, lookahead slots-1; the next
