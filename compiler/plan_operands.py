@@ -23,7 +23,7 @@ import numpy as np
 
 from megakernel.compiler.buffers import Kind, Operand, Space
 from megakernel.compiler.layout import LANES, append_window, word_rows
-from megakernel.ir.types import APPEND
+from megakernel.ir.types import APPEND, WHOLE
 from megakernel.compiler.plan_buffers import BufferTable, sized
 from megakernel.compiler.ring_layout import WORD
 from megakernel.registry import Registry
@@ -39,7 +39,8 @@ CONSTANTS.register("rope")(lambda op: {"inv_freq": op.inv_freq().astype(np.float
 # update output, dtype, note): what the kernel returns of the call for that
 # state (its commit after the call: backends/pallas_tpu/kernels/state_commit.py).
 UPDATES: Registry = Registry("state update output", "compiler/kind_<name>.py",
-                             per_op_kind=False)
+                             per_op_kind=False, need="it owns whole-access state",
+                             needed_by=lambda op_class: WHOLE in op_class.STATE_ACCESS)
 
 
 def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megakernel.ir.op_base import Op
 from megakernel.registry import Registry
 
 
@@ -32,5 +31,5 @@ class Stepping:
 # Keyed by the op kinds that own state (Op.state non-empty), not by every kind.
 STEPPING: Registry[Stepping] = Registry(
     "multi-step", "the kind's kernel library (backends/pallas_tpu/codegen/kind_<name>.py)",
-    per_op_kind=False, needed_by=lambda op_class: op_class.state is not Op.state,
+    per_op_kind=False, needed_by=lambda op_class: bool(op_class.STATE_ACCESS),
     need="it owns state")

@@ -38,6 +38,7 @@ class GatedDeltaNet(Op):
     token; output [HV*dv]. ``norm_eps`` is the gated norm's epsilon."""
 
     kind: ClassVar[str] = "gated_deltanet"
+    STATE_ACCESS: ClassVar[frozenset[str]] = frozenset({WHOLE})
     num_key_heads: Heads
     num_value_heads: Heads
     key_dim: HeadDim

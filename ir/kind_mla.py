@@ -50,6 +50,7 @@ class MLA(Op):
     ``softmax_mscale()``."""
 
     kind: ClassVar[str] = "mla"
+    STATE_ACCESS: ClassVar[frozenset[str]] = frozenset({APPEND})
     num_heads: Heads
     kv_lora_rank: Dim
     nope_dim: HeadDim

@@ -31,6 +31,11 @@ class Op:
     """Base of all op kinds. ``kind`` names the op in tables and JSON."""
 
     kind: ClassVar[str] = "op"
+    # The accesses (APPEND / WHOLE) of the state ``state`` declares, known from
+    # the class: start-up checks (megakernel/kinds.py) read which per-state
+    # tables a kind needs without building one (tests/test_registry.py holds
+    # every zoo op's ``state`` to it).
+    STATE_ACCESS: ClassVar[frozenset[str]] = frozenset()
     # Errors name the op (``layers.0.attention``); the message names the field.
     FLAT_ERRORS: ClassVar[bool] = True
 

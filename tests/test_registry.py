@@ -49,3 +49,30 @@ def test_the_architecture_doc_lists_every_registry():
     assert set(rows) == set(found), f"table vs package: {set(rows) ^ set(found)}"
     for var, files in found.items():
         assert any(f in rows[var] for f in files), f"{var} is in {files}, the table says {rows[var]}"
+
+
+def test_every_zoo_op_declares_the_state_its_class_says():
+    """``Op.STATE_ACCESS`` (what the start-up check reads) is what ``state``
+    declares, for every op of every zoo model."""
+    from megakernel.models import zoo
+
+    for name in zoo.names():
+        model = zoo.model(name)
+        for st in model.stacks:
+            for node in st.layer.nodes:
+                found = {s.access for s in node.op.state(1, model.max_seq_len, model.dtype).values()}
+                assert found == set(type(node.op).STATE_ACCESS), (name, node.name, found)
+
+
+def test_the_start_up_check_names_a_state_table_a_kind_lacks(monkeypatch):
+    import megakernel.kinds  # noqa: F401
+    from megakernel.compiler.stepping import STEPPING
+
+    kinds = dict(OP_KINDS.items())
+    assert registry.gaps(kinds) == []
+    monkeypatch.delitem(STEPPING._rules, "gated_deltanet")
+    assert registry.gaps(kinds) == [
+        "no multi-step rule for op kind 'gated_deltanet' (it owns state): register one in "
+        + STEPPING.home]
+    with pytest.raises(MissingRuleError, match="1 rule"):
+        registry.check_complete(kinds)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from megakernel.ir.types import WHOLE
 from megakernel.registry import Registry
 
 HI = jax.lax.Precision.HIGHEST
@@ -29,8 +30,10 @@ HI = jax.lax.Precision.HIGHEST
 # One rule per op kind owning whole-access state: (its library geometry, the
 # state's name) -> (function of this module, keyword arguments) that commits
 # the state's update output; the emitter renders it into STATE_UPDATES.
-COMMITS: Registry = Registry("state commit", "the kind's emitter (backends/pallas_tpu/kind_<name>.py)",
-                             per_op_kind=False)
+COMMITS: Registry = Registry("state commit", "the kind's emitter (backends/pallas_tpu/codegen/kind_<name>.py)",
+                             per_op_kind=False,
+                             need="it owns whole-access state",
+                             needed_by=lambda op_class: WHOLE in op_class.STATE_ACCESS)
 
 
 def steps_run(next_token, start_pos, end_id, limit, *, batch: int, steps: int, max_len: int):
