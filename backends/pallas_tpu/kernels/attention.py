@@ -83,7 +83,7 @@ from megakernel.backends.pallas_tpu.kernels import appended_state as new_rows
 # The geometry is the planner's record (jax-free); generated kernels build it as
 # attn_lib.AttentionGeometry.
 from megakernel.compiler.geometry.attention import (  # noqa: F401 - re-exported
-    AttentionGeometry, row_align, score_cols, window_rows)
+    AttentionGeometry, buffers, row_align, score_cols, value_bytes, window_rows)
 
 NEG = -1e30          # finite "minus infinity": keeps exp() and max() NaN-free
 HI = jax.lax.Precision.HIGHEST

@@ -80,7 +80,8 @@ from megakernel.backends.pallas_tpu.kernels.mla_cache import chunk_rows, drain, 
 from megakernel.backends.pallas_tpu.kernels.attention import NEG, _row_of
 # The geometry is the planner's record (jax-free); generated kernels build it as
 # mla_lib.MLAGeometry.
-from megakernel.compiler.geometry.mla import MLAGeometry  # noqa: F401 - re-exported
+from megakernel.compiler.geometry.mla import (  # noqa: F401 - re-exported
+    FORMS, MLAGeometry, buffers, value_bytes)
 
 HI = jax.lax.Precision.HIGHEST
 

@@ -69,7 +69,8 @@ from megakernel.activations import apply as activation
 from megakernel.activations import clamped_swiglu
 # The geometry is the planner's record (jax-free); generated kernels build it as
 # moe_lib.MoEGeometry.
-from megakernel.compiler.geometry.moe import MoEGeometry, scale_rows  # noqa: F401 - re-exported
+from megakernel.compiler.geometry.moe import (  # noqa: F401 - re-exported
+    MoEGeometry, buffers, scale_rows, value_bytes)
 
 HI = jax.lax.Precision.HIGHEST
 
