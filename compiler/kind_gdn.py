@@ -18,6 +18,7 @@ from megakernel.compiler.cost import COST
 from megakernel.compiler.layout import LANES, round_up
 from megakernel.compiler.plan_buffers import BUFFERS, OpLayout
 from megakernel.compiler.plan_operands import CONSTANTS, UPDATES
+from megakernel.compiler.stepping import STEPPING, Stepping
 from megakernel.compiler.shard_rules import (SHARDING, LayerSharding, ShardRule, Split, StateShard,
                                              on_axis)
 from megakernel.compiler.geometry import gdn
@@ -141,3 +142,11 @@ def _cost(cx, node, ph: dict) -> dict:
 
 
 CONSTANTS.register("gated_deltanet")(lambda op: {})
+
+
+# How its kernel library (backends/pallas_tpu/kernels/gdn.py) runs in a multi-step call.
+STEPPING.register("gated_deltanet")(Stepping(
+    True, "reads the state before the call on every step and rebuilds the state after the "
+          "previous step in VMEM from the call's update rows; the commit after the call "
+          "takes only the rows of the steps each sequence ran, so a stopped sequence keeps "
+          "its state"))

@@ -31,6 +31,7 @@ from megakernel.compiler.buffers import Kind
 from megakernel.compiler.cost import COST
 from megakernel.compiler.plan_buffers import BUFFERS, OpLayout
 from megakernel.compiler.plan_operands import CONSTANTS
+from megakernel.compiler.stepping import STEPPING, Stepping
 from megakernel.compiler.shard_rules import REP, SHARDING, LayerSharding, ShardRule, Split, \
     StateShard
 from megakernel.compiler.geometry import mla
@@ -171,3 +172,9 @@ def form_notes(plan, model) -> list[tuple[str, str]]:
 
 CONSTANTS.register("mla")(
     lambda op: {"inv_freq": op.inv_freq().astype("float32")[None, :]} if op.rope else {})
+
+
+# How its kernel library (backends/pallas_tpu/kernels/mla.py) runs in a multi-step call.
+STEPPING.register("mla")(Stepping(
+    True, "writes each running sequence's latent row at the step's position; a stopped "
+          "sequence's cache is not written"))

@@ -1,6 +1,6 @@
 """Which state-owning op kinds carry their state across the steps of one call.
 
-``STEPPING``: each state-owning op kind's kernel library registers whether it
+``STEPPING``: for each state-owning op kind, whether its kernel library
 runs inside a multi-step call (``steps_per_call`` > 1), i.e. follows the stop
 rule of backends/pallas_tpu/kernels/step_loop.py, and how. The planner refuses
 ``steps_per_call`` > 1 for a kind that says it does not (compiler/request.py,
@@ -30,6 +30,12 @@ class Stepping:
 
 # Keyed by the op kinds that own state (Op.state non-empty), not by every kind.
 STEPPING: Registry[Stepping] = Registry(
-    "multi-step", "the kind's kernel library (backends/pallas_tpu/codegen/kind_<name>.py)",
+    "multi-step", "compiler/stepping.py or compiler/kind_<name>.py",
     per_op_kind=False, needed_by=lambda op_class: bool(op_class.STATE_ACCESS),
     need="it owns state")
+
+
+# The core state-owning kind; the others register theirs in compiler/kind_<name>.py.
+STEPPING.register("attention")(Stepping(
+    True, "writes each running sequence's K/V row at the step's position; a stopped "
+          "sequence's cache is not written"))

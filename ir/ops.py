@@ -83,7 +83,7 @@ class Add(Op):
         return (inputs[0],)
 
 
-# The op class of every kind; kind modules register theirs (megakernel/kinds.py).
+# The op class of every kind; kind modules register theirs (ir/__init__.py imports them).
 OP_KINDS: Registry[type[Op]] = Registry("op kind", "ir/ops.py or an ir/kind_*.py module")
 for _cls in (RMSNorm, Linear, Rope, Attention, MLP, MoE, Add):
     OP_KINDS.register(_cls.kind)(_cls)

@@ -11,10 +11,10 @@ the node, never a silent default:
 Adding an op kind is therefore a list of registrations (docs/architecture.md,
 "Adding an op kind"), and ``missing(kind)`` tells which are still absent.
 The core kinds register in each stage's own module; other kinds bring one
-module per layer (``ir/kind_*.py``, ``models/kind_*.py``, ...), all listed in
-``megakernel/kinds.py``. The registry imports nothing above it: the entry
-points (the CLI, the test kit's pytest plugin, bench) import
-``megakernel.kinds``, which registers every kind and then checks, with
+module per layer (``ir/kind_*.py``, ``models/kind_*.py``, ...), imported by
+that layer's package ``__init__``. The registry imports nothing above it: the
+entry points (the CLI, the test kit's pytest plugin, bench) import
+``megakernel.kinds``, which imports every layer and then checks, with
 ``check_complete``, that every kind has every rule it needs.
 """
 
@@ -38,8 +38,8 @@ def mark_loaded() -> None:
 
 
 def _not_loaded_hint() -> str:
-    return ("" if _LOADED else "; no kind registrations are loaded: import megakernel.kinds "
-            "first (the CLI, the pytest plugin and bench do)")
+    return ("" if _LOADED else "; only the layers imported so far have registered their "
+            "kinds: import megakernel.kinds first (the CLI, the pytest plugin and bench do)")
 
 
 class MissingRuleError(MegakernelError, LookupError):

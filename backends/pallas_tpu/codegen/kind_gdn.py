@@ -11,7 +11,6 @@ from megakernel.backends.pallas_tpu.kernels.state_commit import COMMITS
 from megakernel.backends.pallas_tpu.codegen.declare import ref
 from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS, StackCtx, v
 from megakernel.backends.pallas_tpu.kernels.gdn import STATES
-from megakernel.compiler.stepping import STEPPING, Stepping
 
 
 @EMITTERS.register("gated_deltanet")
@@ -38,9 +37,3 @@ def _commit(g, state: str):
         return "low_rank", dict(tokens=g.tokens, key_dim=g.key_dim, value_dim=g.value_dim)
     return "shift_rows", dict(tokens=g.tokens)
 
-
-STEPPING.register("gated_deltanet")(Stepping(
-    True, "reads the state before the call on every step and rebuilds the state after the "
-          "previous step in VMEM from the call's update rows; the commit after the call "
-          "takes only the rows of the steps each sequence ran, so a stopped sequence keeps "
-          "its state"))

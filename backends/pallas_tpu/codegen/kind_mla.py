@@ -10,7 +10,6 @@ from megakernel.backends.pallas_tpu.kernels import mla  # noqa: F401 - registers
 from megakernel.backends.pallas_tpu.codegen import declare
 from megakernel.backends.pallas_tpu.codegen.declare import literal
 from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS, StackCtx, v
-from megakernel.compiler.stepping import STEPPING, Stepping
 
 
 @EMITTERS.register("mla")
@@ -34,7 +33,3 @@ def _mla(c: StackCtx, n) -> list[str]:
               f"{c.vec(n.name + '.kv_norm')}, {table}, pos, {state}{c.stopped()})"]
     return lines + ([prefetch] if prefetch else [])
 
-
-STEPPING.register("mla")(Stepping(
-    True, "writes each running sequence's latent row at the step's position; a stopped "
-          "sequence's cache is not written"))

@@ -13,8 +13,8 @@ lanes hold ``end_id`` (-1 when none is set), its position is frozen and the
 state-owning ops leave its state alone (they get ``stopped``: attention skips
 its cache write). Its rows are still computed, on finite values, and ignored.
 
-``STEPPING``: each state-owning op kind's kernel library registers whether it
-runs inside a multi-step call, i.e. follows the stop rule above, and how (the
+``STEPPING`` (compiler/stepping.py): each state-owning op kind says whether its
+library runs inside a multi-step call, i.e. follows the stop rule above, and how (the
 planner refuses ``steps_per_call`` > 1 for a kind that says it does not, and a
 state-owning kind with no rule is a ``MissingRuleError``). Stateless kinds need
 none: nothing of theirs outlives a step.
@@ -27,12 +27,6 @@ import jax.numpy as jnp
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental import pallas as pl
 
-from megakernel.compiler.stepping import STEPPING, Stepping
-
-
-STEPPING.register("attention")(Stepping(
-    True, "writes each running sequence's K/V row at the step's position; a stopped "
-          "sequence's cache is not written"))
 
 
 def begin_step(i, tokens, start_pos, limit, cur_tokens, cur_start, stopped, batch, max_len):
