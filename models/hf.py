@@ -142,7 +142,7 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
         model = build(card)
         if scheme is not None:
             # Pre-quantized: the kinds that ship in one format take it (models/shipped_view.py).
-            table = shipped_view.card_table(scheme, model, data)
+            table, _ = shipped_view.card_table(scheme, model, data)
             card = dataclasses.replace(card, quantize=Quantize(**table))
             build(card)
     except IRError as err:

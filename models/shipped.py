@@ -22,6 +22,15 @@ loads. ``models/shipped_view.py`` reads the tensors through a ``Scheme``.
     or 128 give int4_g32/64/128, int8 per channel gives int8.
   - ``mxfp4-pack-quantized``: ``X.weight_packed`` U8 [out, in/2] of e2m1
     codes, ``X.weight_scale`` U8 E8M0 exponents [out, in/32], giving mxfp4.
+* ``mxfp4`` (gpt-oss as OpenAI ships it; transformers' ``Mxfp4Config``): the
+  experts of every MLP but the ``modules_to_not_convert`` ship as
+  ``X.experts.{gate_up_proj,down_proj}_blocks`` U8 [E, out, in/32, 16] (the
+  32 e2m1 codes of one scale group, two per byte, even input low) and
+  ``..._scales`` U8 E8M0 [E, out, in/32]; everything else (attention, router,
+  biases) is a float tensor. Per expert these are exactly the bytes of
+  ``mxfp4-pack-quantized`` with the last two axes merged, so they load as
+  mxfp4 codes with no dequantisation. The float tensors they replace are
+  gpt-oss's [E, in, out] ``gate_up_proj`` / ``down_proj`` (``in_out``).
 
 Bit order, confirmed in compressed-tensors' source (vllm-project/compressed-tensors,
 ``compressors/quantized_compressors/pack_quantized.py`` ``pack_to_int32`` and
@@ -31,8 +40,12 @@ multiple of p, and puts input column p j + i into bits [bits i, bits (i+1)) of
 word j (the low bits hold the first column); mxfp4 puts input column 2 j in the
 low nibble of byte j and 2 j + 1 in the high nibble, with no offset (the
 nibble is the e2m1 bit pattern, sign in bit 3), and its scale byte b means
-2^(b - 127) (``mxfp4_utils.py``). tests/models/test_shipped_checkpoints.py
-packs with an independent numpy writer and checks the decoded values.
+2^(b - 127) (``mxfp4_utils.py``). gpt-oss's native layout, read in
+transformers' ``integrations/mxfp4.py`` (``_convert_moe_packed_tensors``:
+low nibble to the even column, ``ldexp`` by the scale byte - 127, then a
+transpose to [E, in, out]), has the same nibble order and scale bytes.
+tests/models/test_shipped_checkpoints.py packs with an independent numpy
+writer and checks the decoded values.
 """
 
 from __future__ import annotations
@@ -53,7 +66,12 @@ class Layout:
     """How the tensors of one quantized module ``X`` are stored: codes in
     ``X.{codes}`` (dtypes ``code_dtypes``, ``per`` codes per stored element
     along ``in``, each ``bits`` wide plus ``offset``), scales in ``X.{scales}``,
-    the [out, in] shape in ``X.{shape}`` ("" none; required or not)."""
+    the [out, in] shape in ``X.{shape}`` ("" none; required or not).
+    ``{stem}`` in a name is the last part of the float tensor name it
+    replaces, one of ``stems`` (``X.weight``: "weight"). ``blocks``: the codes'
+    last two axes are [in / (per blocks), blocks], merged on read. ``ndim``:
+    dimensions of the float tensor ([E, ...] for fused experts); ``in_out``:
+    the float tensor is [..., in, out] rather than Hugging Face's [out, in]."""
 
     method: str
     fmt: str
@@ -66,17 +84,36 @@ class Layout:
     offset: int = 0
     shape: str = ""
     shape_required: bool = False
+    stems: tuple[str, ...] = ("weight",)
+    blocks: int = 0
+    ndim: int = 2
+    in_out: bool = False
+
+    def names(self, module: str, stem: str) -> tuple[str, str, str]:
+        """The codes, scales and shape tensor names of ``module.stem``."""
+        return tuple(f"{module}.{t.format(stem=stem)}" if t else ""
+                     for t in (self.codes, self.scales, self.shape))
+
+    def stored(self) -> str:
+        """The codes' shape as stored, in words (for errors)."""
+        lead = ["E"] * (self.ndim - 2)
+        if self.blocks:
+            return str([*lead, "out", f"in / {self.per * self.blocks}", self.blocks])
+        return str([*lead, "out", f"in / {self.per}" if self.per > 1 else "in"])
 
     def unpack(self, raw: np.ndarray, width: int) -> np.ndarray:
-        """Stored codes [out, ceil(width / per)] -> one code per weight
-        [out, width]: int8 values (int formats) or uint8 bit patterns."""
+        """Stored codes [..., out, ceil(width / per)] (``blocks``: [..., out,
+        width / (per blocks), blocks]) -> one code per weight [..., out,
+        width]: int8 values (int formats) or uint8 bit patterns."""
+        if self.blocks:
+            raw = raw.reshape(*raw.shape[:-2], -1)
         if self.per == 1:            # fp8: one e4m3 code per byte, as stored
             return raw
         word = raw.astype(np.int64) & ((1 << (raw.dtype.itemsize * 8)) - 1)
         mask = (1 << self.bits) - 1
         fields = [(word >> (self.bits * i)) & mask for i in range(self.per)]
-        codes = np.stack(fields, axis=-1).reshape(raw.shape[0], -1)[:, :width] - self.offset
-        return codes.astype(np.int8 if self.offset else np.uint8)
+        codes = np.stack(fields, axis=-1).reshape(*raw.shape[:-1], -1)[..., :width]
+        return (codes - self.offset).astype(np.int8 if self.offset else np.uint8)
 
 
 FP8 = Layout("fp8", "fp8_b128", "weight", ("F8_E4M3",), "weight_scale_inv", FLOAT_SCALES)
@@ -93,6 +130,9 @@ _PACKED = {
         per=2, bits=4, shape="weight_shape"),
 }
 _GROUPS = {"int4": (32, 64, 128), "int8": (None,), "mxfp4": (32,)}
+GPT_OSS_MXFP4 = Layout("mxfp4", "mxfp4", "{stem}_blocks", ("U8",), "{stem}_scales", ("U8",),
+                       per=2, bits=4, stems=("gate_up_proj", "down_proj"), blocks=16, ndim=3,
+                       in_out=True)
 
 
 @dataclass(frozen=True)
@@ -122,6 +162,13 @@ class Scheme:
                               f"{sorted(h.fmt for h in hits)}", path="quantization_config",
                               hint="make the groups' targets disjoint")
         return hits.pop() if hits else None
+
+    def locate(self, name: str, kind: str | None) -> tuple[str, str, Layout] | None:
+        """(module, stem, layout) of checkpoint tensor ``name`` (a matrix of
+        weight ``kind``) when it ships quantized, else None."""
+        module, _, stem = name.rpartition(".")
+        layout = self.layout_of(module, kind) if module else None
+        return None if layout is None or stem not in layout.stems else (module, stem, layout)
 
 
 def _matches(target: str, module: str) -> bool:
@@ -279,4 +326,25 @@ def _ct_group(name: str, spec: Any, fmt: Any, problems: list[str]) -> Group | No
     return Group(layout, tuple(targets))
 
 
-METHODS = {"fp8": _fp8, "compressed-tensors": _compressed_tensors}
+def _mxfp4(config: dict, problems: list[str]) -> Scheme:
+    _check_keys(config, {"quant_method", "modules_to_not_convert", "dequantize"}, "", problems)
+    skip = config.get("modules_to_not_convert") or []
+    if not isinstance(skip, list) or not all(isinstance(s, str) for s in skip):
+        problems.append(f"modules_to_not_convert: {shown(skip)} should be a list of names")
+        skip = []
+    # transformers' should_convert_module: an entry is a regex matched from
+    # the start up to a module boundary, or a suffix of the module name.
+    ignore = []
+    for s in skip:
+        try:
+            re.compile(s)
+        except re.error as err:
+            problems.append(f"modules_to_not_convert: {s!r} is not a regular expression ({err})")
+            continue
+        ignore += [f"re:(?:{s})(?:(?<=\\.)|(?=\\.|$))", f"re:.*{re.escape(s)}$"]
+    # ``dequantize`` asks transformers to widen on load; the files are the same.
+    return Scheme("mxfp4", (Group(GPT_OSS_MXFP4, ("re:(?:.*\\.)?mlp\\.experts$",)),),
+                  tuple(ignore), frozenset({"experts"}))
+
+
+METHODS = {"fp8": _fp8, "compressed-tensors": _compressed_tensors, "mxfp4": _mxfp4}

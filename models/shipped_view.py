@@ -33,7 +33,7 @@ import dataclasses
 import numpy as np
 
 from megakernel import formats
-from megakernel.errors import ConfigError
+from megakernel.errors import ConfigError, IRError
 from megakernel.ir.types import ParamSpec
 from megakernel.models.checkpoint_families import family_tables
 from megakernel.models.checkpoint_names import LAYER_PREFIX, PREFIXES, weight_sources
@@ -45,46 +45,45 @@ from megakernel.quantize import Packed, decode_np, from_shipped
 CHOSEN_KINDS = ("dense", "experts")
 
 
-def module_of(name: str) -> str | None:
-    """HF module of a weight tensor name (``X.weight`` -> ``X``); None for a
-    tensor that is no module's weight (fused experts, vectors)."""
-    return name[:-len(".weight")] if name.endswith(".weight") else None
+def _oriented(layout: Layout, a: np.ndarray) -> np.ndarray:
+    """An IR-oriented [..., K, N] array as the float tensor lies: [..., out,
+    in] (Hugging Face linears) or as it is (``in_out``: gpt-oss experts)."""
+    return a if layout.in_out else np.swapaxes(a, -1, -2)
 
 
 class View:
     """The checkpoint as one IR weight's rule sees it (``has``, ``shape``,
-    ``get``), its quantized modules given as ``mode`` says: "codes", "scales"
-    or "values" (dequantized, f32). ``seen`` records each name the rule read
-    and its layout (None: a float tensor)."""
+    ``get``), its quantized tensors given as ``mode`` says: "codes", "scales"
+    or "values" (dequantized, f32), each in its float tensor's orientation.
+    ``seen`` records each name the rule read and its layout (None: a float
+    tensor)."""
 
     def __init__(self, files, scheme: Scheme, kind: str | None, mode: str,
                  fmt: formats.Format = formats.PLAIN):
         self.files, self.scheme, self.kind, self.mode, self.fmt = files, scheme, kind, mode, fmt
         self.seen: dict[str, Layout | None] = {}
-        self.shaped: set[str] = set()       # quantized modules whose shape was asked
+        self.shaped: set[str] = set()       # quantized tensors whose shape was asked
         self._packed: dict[str, Packed] = {}
 
-    def _layout(self, name: str) -> Layout | None:
-        module = module_of(name)
-        return None if module is None else self.scheme.layout_of(module, self.kind)
-
     def has(self, name: str) -> bool:
-        layout = self._layout(name)
+        where = self.scheme.locate(name, self.kind)
         return self.files.has(name) or (
-            layout is not None and self.files.has(f"{module_of(name)}.{layout.codes}"))
+            where is not None and self.files.has(where[2].names(*where[:2])[0]))
 
     def shape(self, name: str) -> tuple[int, ...]:
-        layout = self._layout(name)
-        if layout is None:
+        where = self.scheme.locate(name, self.kind)
+        if where is None:
             return self.files.shape(name)
         self.shaped.add(name)
-        out, width = _logical_shape(self.files, module_of(name), layout)
+        layout = where[2]
+        *lead, out, width = _logical_shape(self.files, *where)
         if self.mode == "scales":
-            return out, width // self.fmt.group(width)
-        return out, width
+            width //= self.fmt.group(width)
+        return (*lead, width, out) if layout.in_out else (*lead, out, width)
 
     def get(self, name: str) -> np.ndarray:
-        layout = self._layout(name)
+        where = self.scheme.locate(name, self.kind)
+        layout = None if where is None else where[2]
         self.seen[name] = layout
         if layout is None:
             return self.files.get(name)
@@ -95,13 +94,15 @@ class View:
                               hint=f"use --quantize KIND={layout.fmt} (keeps the shipped "
                               "codes) or KIND=plain (dequantizes them)")
         if name not in self._packed:
-            self._packed[name] = _read_packed(self.files, module_of(name), layout)
+            self._packed[name] = _read_packed(self.files, *where)
         p = self._packed[name]
         if self.mode == "codes":
-            return p.codes.T
+            return _oriented(layout, p.codes)
         if self.mode == "scales":
-            return p.scales.T
-        return (decode_np(p) * np.repeat(p.scales, p.group(), axis=-2)).T
+            return _oriented(layout, p.scales)
+        width = _logical_shape(self.files, *where)[-1]
+        values = decode_np(p) * np.repeat(p.scales, p.group(), axis=-2)
+        return _oriented(layout, values[..., :width, :])
 
 
 def load(files, scheme: Scheme, weight: str, kind: str | None, spec: ParamSpec, dtype: str,
@@ -143,27 +144,31 @@ def _run(run, view: View, spec: ParamSpec):
                           "(and weight_shape tensor)") from None
 
 
-def _logical_shape(files, module: str, layout: Layout) -> tuple[int, int]:
-    """[out, in] of a quantized module: its codes' shape times the codes per
-    element, checked against its shape tensor when it has one."""
-    codes = f"{module}.{layout.codes}"
+def _logical_shape(files, module: str, stem: str, layout: Layout) -> tuple[int, ...]:
+    """[..., out, in] of a quantized tensor: its codes' shape times the codes
+    per element, checked against its shape tensor when it has one."""
+    codes, _, name = layout.names(module, stem)
     if not files.has(codes):
-        plain = f"{module}.weight"
+        plain = f"{module}.{stem}"
         found = f"; the checkpoint has {plain} {files.tensors[plain].dtype}" \
             if files.has(plain) else ""
-        raise ConfigError(f"{codes} is missing: quantization_config makes {module} "
+        what = module if stem == "weight" else plain
+        raise ConfigError(f"{codes} is missing: quantization_config makes {what} "
                           f"{layout.fmt} ({layout.method}){found}", path="checkpoint",
                           hint="the config's targets / ignore do not describe this "
                           "checkpoint's tensors")
     shape = files.shape(codes)
-    if len(shape) != 2:
-        raise ConfigError(f"{codes} has shape {list(shape)}, expected [out, in / "
-                          f"{layout.per}]", path="checkpoint")
-    out, width = shape[0], shape[1] * layout.per
-    name = f"{module}.{layout.shape}" if layout.shape else ""
+    if len(shape) != layout.ndim + bool(layout.blocks) or (
+            layout.blocks and shape[-1] != layout.blocks):
+        raise ConfigError(f"{codes} has shape {list(shape)}, expected {layout.stored()}",
+                          path="checkpoint")
+    if layout.blocks:
+        shape = (*shape[:-2], shape[-2] * shape[-1])
+    *lead, out, stored = shape
+    width = stored * layout.per
     if name and files.has(name):
         given = files.get_coded(name, ("I64", "I32"), "shape")
-        if given.shape != (2,) or given[0] != out or -(-int(given[1]) // layout.per) != shape[1]:
+        if given.shape != (2,) or given[0] != out or -(-int(given[1]) // layout.per) != stored:
             raise ConfigError(f"{name} is {given.tolist()}, but {codes} {list(shape)} holds "
                               f"[{out}, up to {width}] weights", path="checkpoint",
                               hint="the checkpoint is corrupt")
@@ -171,30 +176,31 @@ def _logical_shape(files, module: str, layout: Layout) -> tuple[int, int]:
     elif layout.shape_required:
         raise ConfigError(f"{name} is missing ({layout.method} stores the unpacked [out, in] "
                           "of each packed weight there)", path="checkpoint")
-    return out, width
+    return (*lead, out, width)
 
 
-def _read_packed(files, module: str, layout: Layout) -> Packed:
-    """The module's codes and scales in the IR's orientation ([in, out] and
-    [in / g, out]), checked by ``quantize.from_shipped``."""
+def _read_packed(files, module: str, stem: str, layout: Layout) -> Packed:
+    """The tensor's codes and scales in the IR's orientation ([..., in, out]
+    and [..., in / g, out]), checked by ``quantize.from_shipped``."""
     fmt = formats.get(layout.fmt)
-    out, width = _logical_shape(files, module, layout)
-    codes_name, scale_name = f"{module}.{layout.codes}", f"{module}.{layout.scales}"
+    width = _logical_shape(files, module, stem, layout)[-1]
+    codes_name, scale_name, _ = layout.names(module, stem)
     if not files.has(scale_name):
         raise ConfigError(f"{scale_name} is missing: {codes_name} ships {layout.fmt} codes "
                           "and needs its scales", path="checkpoint",
                           hint="the checkpoint is incomplete")
-    if fmt.group_rows and width % fmt.group_rows:
-        raise ConfigError(f"{module} has {width} inputs, not a multiple of {layout.fmt}'s "
-                          f"{fmt.group_rows}-input scale groups", path="checkpoint",
-                          hint="leave this module out of the quantized ones")
     codes = layout.unpack(files.get_coded(codes_name, layout.code_dtypes, "codes"), width)
+    # A partial last scale group (fp8 blocks allow one: in = 1000 has 8
+    # blocks, the last of 104 inputs) is padded with zero codes; only its
+    # values are used (the kernel formats need whole groups, formats.check).
+    short = -width % fmt.group_rows if fmt.group_rows else 0
+    codes = np.pad(codes, [(0, 0)] * (codes.ndim - 1) + [(0, short)])
     scales = files.get_coded(scale_name, layout.scale_dtypes, "scales")
     try:
         # from_shipped checks the scales' shape and values; int8's per-channel
         # scales ship as [out, 1], i.e. [1, out] in the IR's orientation.
-        return from_shipped(fmt, codes.T, np.asarray(scales).T, scale_name,
-                            codes_name=codes_name, transposed=True)
+        return from_shipped(fmt, np.swapaxes(codes, -1, -2), np.swapaxes(np.asarray(scales), -1, -2),
+                            scale_name, codes_name=codes_name, transposed=True)
     except ConfigError as err:
         raise ConfigError(f"{err.path}: {err.message}", path="checkpoint",
                           hint=err.hint) from None
@@ -212,26 +218,44 @@ def weight_kinds(model) -> dict[str, str]:
     return kinds
 
 
-def card_table(scheme: Scheme, model, config: dict) -> dict[str, str]:
-    """{weight kind: format} for the card of a checkpoint quantized as
-    ``scheme``: dense and experts get the format every module of theirs ships
-    in (a kind some of whose modules ship as floats, or in two formats, stays
-    plain: its shipped modules are dequantized on load). Each IR weight's
-    modules are its checkpoint names (every alternative the loader tries)."""
+def card_table(scheme: Scheme, model, config: dict) -> tuple[dict[str, str], list[str]]:
+    """({weight kind: format} for the card of a checkpoint quantized as
+    ``scheme``, notes): dense and experts get the format every module of
+    theirs ships in. A kind some of whose modules ship as floats, or in two
+    formats, stays plain: its shipped modules are dequantized on load. So does
+    a kind one of whose weights the format cannot hold in the kernel
+    (``Format.check``: fp8 blocks cut short at the end of the inputs); each
+    such kind gives one note saying so. Each IR weight's modules are its
+    checkpoint names (every alternative the loader tries)."""
     names, _ = family_tables(config["model_type"], config, model)
     specs = model.params()
     found: dict[str, set] = {k: set() for k in CHOSEN_KINDS}
+    of_kind: dict[str, list[str]] = {k: [] for k in CHOSEN_KINDS}
     for weight, kind in weight_kinds(model).items():
         if kind not in found or weight not in specs:
             continue
+        of_kind[kind].append(weight)
         sources, layer = weight_sources(names, weight)
         prefixes = ("",) if layer is None else tuple(
             p.format(i=layer) for p in PREFIXES.get(config["model_type"], (LAYER_PREFIX,)))
         for name in (p + s.name for p in prefixes for s in sources):
             experts = range(specs[weight].shape[0]) if "{e}" in name else (None,)
             for e in experts:
-                module = module_of(name if e is None else name.format(e=e))
-                if module is not None:
-                    layout = scheme.layout_of(module, kind)
-                    found[kind].add(None if layout is None else layout.fmt)
-    return {k: f.pop() for k, f in found.items() if len(f) == 1 and None not in f}
+                tensor = name if e is None else name.format(e=e)
+                where = scheme.locate(tensor, kind)
+                if where is not None or tensor.endswith(".weight"):
+                    found[kind].add(None if where is None else where[2].fmt)
+    table = {k: f.pop() for k, f in found.items() if len(f) == 1 and None not in f}
+    notes = []
+    for kind, name in list(table.items()):
+        fmt = formats.get(name)
+        for weight in of_kind[kind]:
+            try:
+                fmt.check(specs[weight].shape, weight)
+            except IRError as err:
+                del table[kind]
+                notes.append(f"{kind} weights ship as {name} but stay {model.dtype.value}: "
+                             f"{err.path}: {err.message}; the shipped values are "
+                             "dequantized on load")
+                break
+    return table, notes
