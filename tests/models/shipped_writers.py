@@ -9,6 +9,9 @@ and of megakernel/quantize.py: HF [out, in] orientation throughout.
   ``weight_scale`` bf16 per (output, input group); ``weight_shape`` int64.
 * compressed-tensors mxfp4: e2m1 nibbles two per byte, the even input column
   low; ``weight_scale`` E8M0 bytes (2^(b - 127)) per 32 inputs.
+* gpt-oss mxfp4 (OpenAI's release): the fused experts' [E, in, out] float
+  tensors become ``X_blocks`` U8 [E, out, in / 32, 16] (each scale group's
+  32 nibbles, the even input low) and ``X_scales`` U8 [E, out, in / 32].
 
 Each rounds the way megakernel/quantize.py documents for quantize-on-load
 (amax / 448 blocks; bf16(amax / 7); OCP MX exponents), so on the same bf16
@@ -105,6 +108,20 @@ def mxfp4_values(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return v * np.repeat(np.exp2(scale.astype(np.float32) - 127), 32, axis=1)
 
 
+def gpt_oss_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[E, in, out] -> (blocks [E, out, in / 32, 16], scales [E, out, in / 32],
+    the dequantized [E, in, out] f32)."""
+    e, k, n = w.shape
+    blocks = np.zeros((e, n, k // 32, 16), np.uint8)
+    scales = np.zeros((e, n, k // 32), np.uint8)
+    values = np.zeros(w.shape, np.float32)
+    for x in range(e):
+        packed, scale = mxfp4_pack(w[x].T)
+        blocks[x], scales[x] = packed.reshape(n, k // 32, 16), scale
+        values[x] = mxfp4_values(packed, scale).T
+    return blocks, scales, values
+
+
 # ---- checkpoints -----------------------------------------------------------------
 
 def ship(tensors: dict, quantized: dict[str, str]) -> tuple[dict, dict]:
@@ -123,6 +140,9 @@ def ship(tensors: dict, quantized: dict[str, str]) -> tuple[dict, dict]:
             codes, scale = fp8_ship(w)
             out |= {name: codes, module + ".weight_scale_inv": scale}
             twin[name] = fp8_values(codes, scale)
+        elif layout == "gpt_oss_mxfp4":
+            blocks, scale, twin[name] = gpt_oss_mxfp4(w)
+            out |= {name + "_blocks": blocks, name + "_scales": scale}
         elif layout == "mxfp4":
             packed, scale = mxfp4_pack(w)
             out |= {module + ".weight_packed": packed, module + ".weight_scale": scale}
@@ -228,4 +248,41 @@ def qwen3_tensors(rng, config: dict) -> dict:
             q = f"{p}mlp.experts.{x}."
             t |= {q + "gate_proj.weight": r(w, h), q + "up_proj.weight": r(w, h),
                   q + "down_proj.weight": r(h, w)}
+    return t
+
+
+GPT_OSS = {"model_type": "gpt_oss", "vocab_size": 256, "hidden_size": 64, "head_dim": 16,
+           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4,
+           "attention_bias": True, "rms_norm_eps": 1e-5, "swiglu_limit": 1.5,
+           "max_position_embeddings": 256, "dtype": "bfloat16", "tie_word_embeddings": False,
+           "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                               "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                               "original_max_position_embeddings": 4096}}
+# As in openai/gpt-oss-20b's config.json.
+GPT_OSS_MXFP4 = {"quant_method": "mxfp4", "modules_to_not_convert": [
+    "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+
+
+def gpt_oss_tensors(rng, c: dict) -> dict:
+    """gpt-oss's tensors as transformers names them; experts fused [E, in, out]."""
+    h, hd, e, w = c["hidden_size"], c["head_dim"], c["num_local_experts"], c["intermediate_size"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    r = lambda *s, **kw: bf16_exact(rng, *s, **kw)  # noqa: E731
+    t = {"model.embed_tokens.weight": r(c["vocab_size"], h, scale=1.0),
+         "model.norm.weight": r(h, offset=1.0), "lm_head.weight": r(c["vocab_size"], h)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t |= {p + "input_layernorm.weight": r(h, offset=1.0),
+              p + "post_attention_layernorm.weight": r(h, offset=1.0),
+              p + "self_attn.sinks": r(c["num_attention_heads"]),
+              p + "mlp.router.weight": r(e, h), p + "mlp.router.bias": r(e),
+              p + "mlp.experts.gate_up_proj": r(e, h, 2 * w),
+              p + "mlp.experts.gate_up_proj_bias": r(e, 2 * w),
+              p + "mlp.experts.down_proj": r(e, w, h),
+              p + "mlp.experts.down_proj_bias": r(e, h)}
+        for name, rows, cols in (("q", q, h), ("k", kv, h), ("v", kv, h), ("o", h, q)):
+            t |= {f"{p}self_attn.{name}_proj.weight": r(rows, cols),
+                  f"{p}self_attn.{name}_proj.bias": r(rows)}
     return t

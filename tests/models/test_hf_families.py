@@ -117,8 +117,10 @@ def test_gpt_oss_card():
     assert rope.attention_factor() == pytest.approx(0.1 * math.log(32) + 1)   # 1.3466
     with pytest.raises(ConfigError, match="experts_per_token: 3 differs"):
         from_hf(config("gpt_oss", experts_per_token=3))
-    with pytest.raises(ConfigError, match="quantization_config"):
-        from_hf(config("gpt_oss", quantization_config={"quant_method": "mxfp4"}))
+    # OpenAI's mxfp4 loads (tests/models/test_shipped_native.py); a malformed one is named.
+    with pytest.raises(ConfigError, match="quantization_config.modules_to_not_convert"):
+        from_hf(config("gpt_oss", quantization_config={"quant_method": "mxfp4",
+                                                       "modules_to_not_convert": "lm_head"}))
 
 
 def test_yarn_matches_the_documented_deepseek_numbers():
