@@ -87,3 +87,23 @@ def _from_json_file(path: Path, dtype: str | None) -> Model:
     raise IRError(f"format={shown(data.get('format'))} and no model_type: not a model "
                   "description this project reads", path=str(path),
                   hint=f"give {_accepted()}")
+
+
+def shipped_notes(source: str | Path) -> list[str]:
+    """What loading the pre-quantized checkpoint ``source`` (a folder or its
+    config.json) does differently from its ``quantization_config``: one line
+    per weight kind whose shipped format the kernel cannot hold, dequantized
+    on load (models/shipped_view.py ``card_table``); [] for anything else."""
+    from megakernel.models import shipped, shipped_view
+
+    path = Path(source)
+    path = path / "config.json" if path.is_dir() else path
+    if isinstance(source, str) and source in zoo.names() or not path.is_file():
+        return []
+    data = read_json(path, error=IRError)
+    config = data.get("quantization_config") if isinstance(data, dict) else None
+    if config is None:
+        return []
+    plain = {k: v for k, v in data.items() if k != "quantization_config"}
+    model = build(from_hf(plain))
+    return shipped_view.card_table(shipped.read(config), model, data)[1]

@@ -9,6 +9,7 @@ that need the model or the target (``--layers``, ``--vmem-budget``,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 import sys
@@ -209,6 +210,7 @@ def make_plan(args, model=None):
     from megakernel.compiler.target import make_target
     from megakernel.errors import PlanningError
 
+    loaded = model is None
     model = with_quantize(cut_layers(model or load(args.model), args.layers),
                           getattr(args, "quantize", None))
     target = make_target(args.target, args.devices)
@@ -227,7 +229,13 @@ def make_plan(args, model=None):
         plan = plan_model(model, target=target, devices=args.devices, batch=args.batch,
                           tokens=args.tokens, context=args.context, overrides=overrides,
                           steps=args.steps_per_call)
-    return model, plan
+    if not loaded:
+        return model, plan
+    from megakernel.models.load import shipped_notes
+
+    # A pre-quantized checkpoint's kinds that load dequantized, said once.
+    notes = tuple(("shipped formats", n) for n in shipped_notes(args.model))
+    return model, dataclasses.replace(plan, choices=plan.choices + notes) if notes else plan
 
 
 def model_arg(p, *, optional: bool = False):

@@ -22,6 +22,7 @@ from megakernel.ir.config import build
 from megakernel.models import shipped, shipped_view
 from megakernel.models.checkpoint import load_checkpoint
 from megakernel.models.hf import from_hf
+from tests.cli.helpers import run
 from tests.models import shipped_writers as W
 from tests.models.test_shipped_checkpoints import _decoded_equal, _logits, \
     _same_as_quantize_on_load
@@ -134,3 +135,16 @@ def test_fp8_partial_last_block_loads_dequantized(tmp_path):
     weights = load_checkpoint(folder, model)
     assert not any(isinstance(v, quantize.Packed) for v in weights.values())
     _values_equal(weights, load_checkpoint(W.write(tmp_path / "twin", config, twin), model))
+
+
+def test_the_plan_report_says_once_what_loads_dequantized(tmp_path, capsys):
+    config = {**W.QWEN3, "intermediate_size": 200, "num_hidden_layers": 1}
+    tensors = W.qwen3_tensors(np.random.default_rng(9), config)
+    out, _ = W.ship(tensors, {k: "fp8" for k in tensors if k.endswith("proj.weight")})
+    folder = W.write(tmp_path / "fp8", {**config, "quantization_config": W.FP8}, out)
+    code, text, _ = run("plan", str(folder), capsys=capsys)
+    assert code == 0
+    flat = " ".join(text.split())
+    assert flat.count("shipped formats: dense weights ship as fp8_b128 but stay bfloat16: "
+                      "layers.0.mlp.down") == 1
+    assert flat.count("ship as fp8_b128") == 1 and "Weight formats" not in flat
