@@ -6,8 +6,11 @@ rather than by the safetensors library (whose errors name no tensor): the
 header as bounded JSON (``ir/jsonfile.py``) of known keys; per tensor a known
 dtype, a shape of at most ``MAX_TENSOR_RANK`` non-negative integers, and
 ``data_offsets`` inside the file's data whose length is exactly dtype size x
-shape. An index (``model.safetensors.index.json``) must hold a ``weight_map``
-whose shard paths resolve, through symlinks too, inside the checkpoint folder.
+shape; in offset order the tensors tile the data, with no overlap, gap or
+trailing bytes. An index (``model.safetensors.index.json``) must hold a
+``weight_map``; it and the files it names resolve, through symlinks too, inside
+the checkpoint folder or, for a Hugging Face hub cache snapshot, that
+repository's ``blobs`` (``_roots``).
 ``get`` (a weight) refuses integer, bool and 8-bit float data (a weight of the
 IR is a float; quantized tensors need scales) and values that are NaN or
 infinite; float16, bfloat16, float32 and float64 tensors are returned as
