@@ -44,6 +44,10 @@ MAX_JSON_STRING = 65_536           # characters of one string (key or value)
 MAX_ECHO_CHARS = 80                # characters of a value echoed in an error
 
 # safetensors checkpoints.
-MAX_SAFETENSORS_HEADER = 100 * 2**20   # the format's own reader refuses larger headers
+# A header lists each tensor in ~100 bytes: published shards' headers are under
+# 1 MB, and even DeepSeek-V3 unsharded (~94k tensors) would need ~12 MB. Checked
+# before the header is read; parsing one of this size takes a few seconds and
+# ~300 MB (the format's own 100 MB limit cost 31 s and 1.4 GB).
+MAX_SAFETENSORS_HEADER = 16 * 2**20
 MAX_TENSOR_RANK = 8
 MAX_SHARDS = 4096

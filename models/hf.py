@@ -200,6 +200,10 @@ def _read(config) -> tuple[dict, str, str | None]:
     if not isinstance(data, dict):
         raise ConfigError(f"expected a JSON object, found {type(data).__name__}",
                           path=str(path))
+    folder = path.parent.resolve()
+    # A hub cache snapshot (models--ORG--NAME/snapshots/REV) is named by its repository.
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return data, str(path), folder.parent.parent.name.split("--")[-1]
     return data, str(path), path.parent.name
 
 

@@ -13,8 +13,9 @@ loads. ``models/shipped_view.py`` reads the tensors through a ``Scheme``.
   matrix of the layers (weight kinds dense, experts, attention) is quantized
   but the ``modules_to_not_convert``; router, embedding and LM head are not.
 * ``compressed-tensors``: the modules ``config_groups[*].targets`` match and
-  ``ignore`` does not (``re:`` entries are ``re.match``-ed, others are exact
-  module names, ``Linear`` is every matrix but the embedding), in the group's
+  ``ignore`` does not (``re:`` entries are matched from the start of the name,
+  on RE2: models/quant_targets.py; others are exact module names, ``Linear``
+  is every matrix but the embedding), in the group's
   ``format``:
   - ``pack-quantized``, symmetric int: ``X.weight_packed`` I32 [out, ceil(in/p)]
     with p = 32 / num_bits codes per word, ``X.weight_scale`` [out, in/g]
@@ -50,13 +51,14 @@ writer and checks the decoded values.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from megakernel.errors import ConfigError, shown
+from megakernel.models.quant_targets import (Boundary, matches, module_or_parent,
+                                              pattern_problems)
 
 FLOAT_SCALES = ("F32", "BF16", "F16")
 
@@ -148,15 +150,15 @@ class Scheme:
 
     method: str
     groups: tuple[Group, ...]
-    ignore: tuple[str, ...]
+    ignore: tuple["str | Boundary", ...]
     kinds: frozenset[str]
 
     def layout_of(self, module: str, kind: str | None) -> Layout | None:
         """The layout HF module ``module`` (a matrix of weight ``kind``) ships in,
         or None when it ships as a float weight."""
-        if kind not in self.kinds or any(_matches(t, module) for t in self.ignore):
+        if kind not in self.kinds or any(matches(t, module) for t in self.ignore):
             return None
-        hits = {g.layout for g in self.groups if any(_matches(t, module) for t in g.targets)}
+        hits = {g.layout for g in self.groups if any(matches(t, module) for t in g.targets)}
         if len(hits) > 1:
             raise ConfigError(f"{module} matches config groups of formats "
                               f"{sorted(h.fmt for h in hits)}", path="quantization_config",
@@ -169,14 +171,6 @@ class Scheme:
         module, _, stem = name.rpartition(".")
         layout = self.layout_of(module, kind) if module else None
         return None if layout is None or stem not in layout.stems else (module, stem, layout)
-
-
-def _matches(target: str, module: str) -> bool:
-    if target == "Linear":
-        return True
-    if target.startswith("re:"):
-        return re.match(target[3:], module) is not None
-    return target == module
 
 
 def read(config: Any, *, path: str = "quantization_config") -> Scheme:
@@ -237,7 +231,7 @@ def _fp8(config: dict, problems: list[str]) -> Scheme:
         problems.append(f"modules_to_not_convert: {shown(skip)} should be a list of names")
         skip = []
     # An entry names a module, any module ending in it, or a parent of modules.
-    ignore = tuple(f"re:(?:.*\\.)?{re.escape(s)}(?:\\..*)?$" for s in skip)
+    ignore = tuple(module_or_parent(s) for s in skip)
     return Scheme("fp8", (Group(FP8, ("Linear",)),), ignore,
                   frozenset({"dense", "experts", "attention"}))
 
@@ -264,6 +258,7 @@ def _compressed_tensors(config: dict, problems: list[str]) -> Scheme:
     if not isinstance(ignore, list) or not all(isinstance(s, str) for s in ignore):
         problems.append(f"ignore: {shown(ignore)} should be a list of module names")
         ignore = []
+    problems += pattern_problems(ignore, "ignore")
     return Scheme("compressed-tensors", tuple(out), tuple(ignore),
                   frozenset({"dense", "experts", "attention", "router", "lm_head"}))
 
@@ -289,6 +284,7 @@ def _ct_group(name: str, spec: Any, fmt: Any, problems: list[str]) -> Group | No
         if not t.startswith("re:") and "." not in t and t[:1].isupper() and t != "Linear":
             problems.append(f"{where}targets: class name {t!r}; of module classes only "
                             "'Linear' is matched (or give module names / re: patterns)")
+    problems += pattern_problems(targets, f"{where}targets")
     fmt = spec.get("format") or fmt
     w = spec.get("weights")
     if not isinstance(w, dict):
@@ -332,16 +328,11 @@ def _mxfp4(config: dict, problems: list[str]) -> Scheme:
     if not isinstance(skip, list) or not all(isinstance(s, str) for s in skip):
         problems.append(f"modules_to_not_convert: {shown(skip)} should be a list of names")
         skip = []
-    # transformers' should_convert_module: an entry is a regex matched from
-    # the start up to a module boundary, or a suffix of the module name.
-    ignore = []
-    for s in skip:
-        try:
-            re.compile(s)
-        except re.error as err:
-            problems.append(f"modules_to_not_convert: {s!r} is not a regular expression ({err})")
-            continue
-        ignore += [f"re:(?:{s})(?:(?<=\\.)|(?=\\.|$))", f"re:.*{re.escape(s)}$"]
+    # transformers' should_convert_module: a regex matched from the start up
+    # to a module boundary, or a suffix of the module name (quant_targets).
+    bad = pattern_problems([f"re:{s}" for s in skip], "modules_to_not_convert")
+    problems += bad
+    ignore = [] if bad else [Boundary(s) for s in skip]
     # ``dequantize`` asks transformers to widen on load; the files are the same.
     return Scheme("mxfp4", (Group(GPT_OSS_MXFP4, ("re:(?:.*\\.)?mlp\\.experts$",)),),
                   tuple(ignore), frozenset({"experts"}))

@@ -6,8 +6,11 @@ rather than by the safetensors library (whose errors name no tensor): the
 header as bounded JSON (``ir/jsonfile.py``) of known keys; per tensor a known
 dtype, a shape of at most ``MAX_TENSOR_RANK`` non-negative integers, and
 ``data_offsets`` inside the file's data whose length is exactly dtype size x
-shape. An index (``model.safetensors.index.json``) must hold a ``weight_map``
-whose shard paths resolve, through symlinks too, inside the checkpoint folder.
+shape; in offset order the tensors tile the data, with no overlap, gap or
+trailing bytes. An index (``model.safetensors.index.json``) must hold a
+``weight_map``; it and the files it names resolve, through symlinks too, inside
+the checkpoint folder or, for a Hugging Face hub cache snapshot, that
+repository's ``blobs`` (``_roots``).
 ``get`` (a weight) refuses integer, bool and 8-bit float data (a weight of the
 IR is a float; quantized tensors need scales) and values that are NaN or
 infinite; float16, bfloat16, float32 and float64 tensors are returned as
@@ -26,12 +29,12 @@ from typing import Annotated, Any, TypedDict
 
 import ml_dtypes
 import numpy as np
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from megakernel.errors import ConfigError, shown
 from megakernel.ir import limits
 from megakernel.ir.jsonfile import parse_json, read_json
-from megakernel.ir.schema import Int, check
+from megakernel.ir.schema import Int, adapter, check
 
 # dtype -> (bytes per element, numpy type or None when nothing here reads it).
 DTYPES: dict[str, tuple[int, Any]] = {
@@ -81,6 +84,7 @@ def read_header(path: Path, label: str) -> dict[str, Tensor]:
         if len(head) < 8:
             raise ConfigError(f"{size} bytes: too short for a safetensors file", path=label)
         n = int.from_bytes(head, "little")
+        # Checked before the header is read: a hostile length costs nothing.
         if n > min(limits.MAX_SAFETENSORS_HEADER, size - 8):
             raise ConfigError(f"header length {n:,} bytes exceeds the file ({size:,} bytes) "
                               f"or the limit ({limits.MAX_SAFETENSORS_HEADER:,})", path=label,
@@ -91,39 +95,95 @@ def read_header(path: Path, label: str) -> dict[str, Tensor]:
     if not isinstance(data, dict):
         raise ConfigError(f"header is {shown(data)}, expected an object", path=label)
     data.pop("__metadata__", None)
+    _check_entries(data, label)
     room = size - 8 - n
-    return {name: _tensor(path, label, name, entry, 8 + n, room) for name, entry in data.items()}
+    tensors = {name: _tensor(path, label, name, entry, 8 + n, room)
+               for name, entry in data.items()}
+    _check_packed(tensors, label, 8 + n, room)
+    return tensors
 
 
-def _tensor(path: Path, label: str, name: str, entry: Any, base: int, room: int) -> Tensor:
-    where = f"{label}: {shown(name)}"
-    entry = check(_Entry, entry, path=where, error=ConfigError)
+def _check_entries(data: dict, label: str) -> None:
+    """Every entry's keys and types, in one pass of the schema (a header may
+    list ~100k tensors); a failure is reported for its tensor by name."""
+    try:
+        adapter(dict[str, _Entry]).validate_python(data)
+    except ValidationError as err:
+        name = err.errors(include_url=False)[0]["loc"][0]
+        check(_Entry, data.get(name), path=f"{label}: {shown(name)}", error=ConfigError)
+        check(dict[str, _Entry], data, path=label, error=ConfigError)   # not reached
+
+
+def _tensor(path: Path, label: str, name: str, entry: dict, base: int, room: int) -> Tensor:
     if entry["dtype"] not in DTYPES:
         raise ConfigError(f"dtype {shown(entry['dtype'])} is not a safetensors dtype; "
-                          f"known: {sorted(DTYPES)}", path=where)
+                          f"known: {sorted(DTYPES)}", path=f"{label}: {shown(name)}")
     begin, end = entry["data_offsets"]
     want = math.prod(entry["shape"]) * DTYPES[entry["dtype"]][0]
     if not begin <= end <= room or end - begin != want:
         raise ConfigError(f"data_offsets [{begin}, {end}] must lie in the file's {room:,} data "
                           f"bytes and span {want:,} bytes ({entry['dtype']} x "
-                          f"{entry['shape']})", path=where,
+                          f"{entry['shape']})", path=f"{label}: {shown(name)}",
                           hint="the file is truncated or its header is corrupt")
     return Tensor(name, path, entry["dtype"], tuple(entry["shape"]), base + begin, want)
 
 
-def _inside(folder: Path, name: Any) -> Path:
-    """``folder / name``, refused unless it resolves (symlinks followed) inside ``folder``."""
+def _check_packed(tensors: dict[str, Tensor], label: str, base: int, room: int) -> None:
+    """The tensors' bytes, in offset order, tile the data exactly (as the
+    safetensors format requires): no overlap, no gap, nothing after the last."""
+    at, last = 0, None
+    for t in sorted(tensors.values(), key=lambda t: (t.start, t.nbytes)):
+        begin = t.start - base
+        if begin != at:
+            span = f"data_offsets [{begin:,}, {begin + t.nbytes:,}]"
+            before = (f"{shown(last.name)} [{last.start - base:,}, {at:,}]" if last
+                      else "the start of the data")
+            raise ConfigError(f"{span} overlap {before}" if begin < at else
+                              f"{span} leave bytes [{at:,}, {begin:,}) after {before} "
+                              "that no tensor names", path=f"{label}: {shown(t.name)}",
+                              hint="each tensor's bytes must start where the previous "
+                              "one's end: the header is corrupt or was edited")
+        at, last = at + t.nbytes, t
+    if at != room:
+        raise ConfigError(f"the tensors' data ends at byte {at:,} of the file's {room:,} data "
+                          "bytes", path=label, hint="the file has trailing bytes no tensor "
+                          "names: it is corrupt or not a safetensors file")
+
+
+def _roots(folder: Path) -> tuple[Path, ...]:
+    """Where a checkpoint's files may resolve: the folder itself and, for a
+    Hugging Face hub cache snapshot (``models--ORG--NAME/snapshots/REV``, whose
+    files are symlinks to ``../../blobs/HASH``), that repository's ``blobs``."""
     root = folder.resolve()
+    repo = root.parent.parent
+    if root.parent.name == "snapshots" and repo.name.startswith("models--"):
+        # Not resolved: a ``blobs`` that is itself a symlink leads elsewhere.
+        return root, repo / "blobs"
+    return (root,)
+
+
+def _inside(folder: Path, name: Any, named_by: str) -> Path:
+    """``folder / name``, refused unless it resolves (symlinks followed) inside
+    ``folder`` or its hub cache's blobs (``_roots``); ``named_by`` is the file
+    that gave the name (the index, or the single file itself)."""
     if not isinstance(name, str) or Path(name).is_absolute():
         raise ConfigError(f"shard path {shown(name)} must be relative to the checkpoint folder",
-                          path=f"{folder / INDEX}")
+                          path=named_by)
     target = (folder / name).resolve()
-    if not target.is_relative_to(root):
-        raise ConfigError(f"shard path {shown(name)} resolves to {shown(str(target))}, outside "
-                          "the checkpoint folder", path=f"{folder / INDEX}",
-                          hint="shards must be files inside the folder")
+    roots = _roots(folder)
+    if not any(target.is_relative_to(r) for r in roots):
+        raise ConfigError(f"{shown(name)} resolves to {shown(str(target))}, outside the "
+                          "checkpoint folder" + (" and its hub cache's blobs folder"
+                                                 if len(roots) > 1 else ""),
+                          path=named_by, hint="checkpoint files must be files inside the "
+                          "folder (or, in a Hugging Face hub cache, symlinks into its blobs)")
     if not target.is_file():
-        raise ConfigError(f"shard {shown(name)} listed in the index is missing", path=str(folder))
+        what = f"shard {shown(name)} listed in the index" if named_by.endswith(INDEX) else name
+        broken = (folder / name).is_symlink()
+        raise ConfigError(f"{what} is missing" + (f" (a symlink to {shown(str(target))}, "
+                                                  "which does not exist)" if broken else ""),
+                          path=str(folder), hint="download the checkpoint's files again"
+                          if broken else "")
     return target
 
 
@@ -132,13 +192,14 @@ class TensorFiles:
 
     def __init__(self, folder: Path):
         if (folder / INDEX).exists():
-            index = check(_Index, read_json(folder / INDEX, error=ConfigError),
+            index_file = _inside(folder, INDEX, str(folder))
+            index = check(_Index, read_json(index_file, error=ConfigError),
                           path=str(folder / INDEX), error=ConfigError)
             if "weight_map" not in index:
                 raise ConfigError("has no weight_map", path=str(folder / INDEX),
                                   hint="an index maps each tensor name to its shard file")
             where = index["weight_map"]
-        elif (folder / SINGLE).exists():
+        elif (folder / SINGLE).exists() or (folder / SINGLE).is_symlink():
             where = None
         else:
             raise ConfigError(f"no {SINGLE} or {INDEX}", path=str(folder))
@@ -146,7 +207,9 @@ class TensorFiles:
         if len(shards) > limits.MAX_SHARDS:
             raise ConfigError(f"{len(shards)} shards; at most {limits.MAX_SHARDS}",
                               path=str(folder / INDEX))
-        headers = {s: read_header(_inside(folder, s), s) for s in shards}
+        # The file that names each shard: the index, or the single file itself.
+        named_by = str(folder / (INDEX if where else SINGLE))
+        headers = {s: read_header(_inside(folder, s, named_by), s) for s in shards}
         self.tensors: dict[str, Tensor] = {}
         for name, shard in (where or {n: SINGLE for n in headers[SINGLE]}).items():
             if name not in headers[shard]:

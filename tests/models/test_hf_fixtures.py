@@ -10,6 +10,7 @@ from megakernel.ir.config import build
 from megakernel.models import reference as R
 from megakernel.models.checkpoint import load_checkpoint
 from megakernel.models.hf import from_hf
+from tests.models.hub_cache import hub_snapshot
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf"
 FAMILIES = ["llama", "mixtral", "qwen2", "qwen3", "qwen3_moe",
@@ -24,9 +25,23 @@ def test_fixture_loads_in_storage_dtype(family):
     assert all(str(w.dtype) == "bfloat16" for w in weights.values())
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+# The hub snapshot test reuses llama's compiled reference on the same worker.
+LLAMA = pytest.mark.xdist_group("hf_llama_reference")
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=LLAMA) if f == "llama" else f
+                                    for f in FAMILIES])
 def test_reference_matches_hf_logits(family):
-    folder = FIXTURES / family
+    _matches_hf_logits(FIXTURES / family)
+
+
+@LLAMA
+def test_hub_cache_snapshot_matches_hf_logits(tmp_path):
+    """The llama fixture as the hub cache stores it (symlinks into blobs)."""
+    _matches_hf_logits(hub_snapshot(FIXTURES / "llama", tmp_path))
+
+
+def _matches_hf_logits(folder):
     model = build(from_hf(folder, dtype="float32"))
     weights = R.as_jax(load_checkpoint(folder, model))
     exp = np.load(folder / "expected.npz")

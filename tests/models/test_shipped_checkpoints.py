@@ -12,6 +12,7 @@ numpy writer (tests/models/shipped_writers.py):
 
 import dataclasses
 import json
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -191,6 +192,11 @@ def test_packing_order_is_compressed_tensors():
     ({**CT, "quantization_status": "frozen", "config_groups": {"g": ct_group(["Linear"])}},
      "quantization_status: found 'frozen'"),
     ({**CT, "config_groups": {"g": ct_group(["Qwen3MLP"])}}, "class name 'Qwen3MLP'"),
+    # patterns: one Python's re refuses (was re.error) and one RE2 does not read
+    ({**CT, "config_groups": {"g": ct_group(["Linear"])}, "ignore": ["lm_head", "re:("]},
+     "quantization_config.ignore[1]: 're:(' is not a regular expression"),
+    ({**CT, "config_groups": {"g": ct_group(["re:(?<=x)y"])}},
+     "config_groups.g.targets[0]: 're:(?<=x)y' is not a regular expression"),
 ])
 def test_unsupported_configs_are_named(qc, needle):
     with pytest.raises(ConfigError) as info:
@@ -302,6 +308,17 @@ def test_a_second_rounding_is_refused(tmp_path):
     other = dataclasses.replace(model, quantize=dataclasses.replace(model.quantize, dense="int8"))
     with pytest.raises(ConfigError, match="ships as fp8_b128 .* rounded a second time"):
         load_checkpoint(folder, other)
+
+
+def test_a_catastrophic_pattern_is_matched_at_once():
+    """``re:(.*)*x`` backtracks exponentially in Python's re (a 24-character
+    name took ~6 s, the model's names hung compile past 120 s); RE2 is linear."""
+    config = {**CT, "config_groups": {"g": ct_group(["re:(.*)*x"])}}
+    start = time.perf_counter()
+    assert shipped.read(config).layout_of("model.layers.0.mlp.gate_", "dense") is None
+    assert time.perf_counter() - start < 2
+    assert from_hf({**W.QWEN3, "quantization_config": config}).quantize.chosen() == {}
+    assert time.perf_counter() - start < 2
 
 
 def test_the_cli_names_a_bad_quantization_config(tmp_path, capsys):

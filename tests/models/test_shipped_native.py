@@ -85,6 +85,18 @@ def test_gpt_oss_mxfp4_through_the_reference(gpt_oss):
     _same_as_quantize_on_load(model, weights, bf16)
 
 
+@pytest.mark.parametrize("key, module, skipped", [
+    # transformers' should_convert_module's own examples, and a boundary after a dot.
+    ("layer.1", "layer.1.attn", True), ("layer.1", "layer.11.attn", False),
+    ("layer.*", "layer.11.attn", True), ("mlp.gate", "mlp.gate_proj", False),
+    ("fc1", "model.decoder.layers.23.fc1", True), ("model\\.layers\\.", "model.layers.0.mlp", True),
+    ("(.*)*x", "model.layers.0.mlp.experts" * 4, False),   # linear time on RE2
+])
+def test_modules_to_not_convert_boundaries(key, module, skipped):
+    assert shipped.read({"quant_method": "mxfp4", "modules_to_not_convert": [key]}
+                        ).ignore[0].names(module) is skipped
+
+
 def test_gpt_oss_modules_to_not_convert_follow_transformers():
     """Entries are regexes up to a module boundary, or suffixes."""
     scheme = shipped.read({**W.GPT_OSS_MXFP4, "modules_to_not_convert": [
@@ -93,7 +105,8 @@ def test_gpt_oss_modules_to_not_convert_follow_transformers():
     assert at(0)[2].fmt == "mxfp4" and at(10) is not None
     assert at(1) is None and at(2) is None
     assert scheme.locate("model.layers.0.mlp.experts.down_proj_bias", "experts") is None
-    with pytest.raises(ConfigError, match="modules_to_not_convert: 'a\\(' is not a regular"):
+    with pytest.raises(ConfigError, match="modules_to_not_convert\\[0\\]: 're:a\\(' is not a "
+                                          "regular expression"):
         shipped.read({"quant_method": "mxfp4", "modules_to_not_convert": ["a("]})
     with pytest.raises(ConfigError, match="quant_method: 'mxfp8' is not supported; supported: "
                                           "\\['compressed-tensors', 'fp8', 'mxfp4'\\]"):
