@@ -13,8 +13,9 @@ from megakernel import dtypes
 from megakernel.compiler.buffers import Space
 from megakernel.compiler.cost import LABEL
 from megakernel.compiler.floors import floors
-from megakernel.compiler.layout import itemsize, mib, padded_shape
+from megakernel.compiler.layout import itemsize, mib, padded_shape, size_text as _size
 from megakernel.compiler.plan import Plan
+from megakernel.compiler.report_ring import ring_lines
 
 
 def _table(headers, rows, md: bool) -> list[str]:
@@ -26,12 +27,6 @@ def _table(headers, rows, md: bool) -> list[str]:
               for i, h in enumerate(headers)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
-
-
-def _size(nbytes: int) -> str:
-    if nbytes >= 2**20:
-        return mib(nbytes)
-    return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
 
 
 def _steps_rule(plan: Plan) -> list[str]:
@@ -104,7 +99,6 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         out.append(("Weight formats (bytes streamed per step per core)", _format_lines(plan, md)))
     vm = m.vmem_total
     peak = max(m.live_vmem(p.index) for p in m.points)
-    g = m.geometry
     out.append(("VMEM", [
         f"total {mib(vm)} of budget {mib(m.vmem_budget)} ({mib(t.vmem_bytes)} capacity - "
         f"{mib(t.vmem_reserve)} reserve); headroom {mib(m.vmem_budget - vm)}",
@@ -117,8 +111,7 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
              "layers each a whole number of turns of the ring), the rest computed from "
              "the layer index" if static else
              "each layer's banks computed from its index")
-    ring = [f"ring: {g.num_banks} banks x {_size(g.bank_bytes)} = {mib(g.num_banks * g.bank_bytes)}; "
-            f"{m.stream.total} tiles per step; {banks}"]
+    ring = ring_lines(plan) + [f"{m.stream.total} tiles per step; {banks}"]
     for s in m.stream.stacks:
         ring.append(f"stack {s.stack}: {s.per_layer} tiles per layer "
                     f"({s.bytes_per_layer / 2**20:.2f} MiB), first tile at stream index {s.offset}")

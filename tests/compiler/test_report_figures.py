@@ -1,0 +1,92 @@
+"""The plan report's figures agree with the plan's own records: the ring's
+VMEM as the buffer table declares it, one HBM floor, times readable at any
+size, and the costliest phases' streamed-ahead part. Zoo plans with their
+geometry given (planning only, no search: a fraction of a second each)."""
+
+import re
+
+import pytest
+
+from megakernel.cli.args import with_quantize
+from megakernel.compiler import report
+from megakernel.compiler.layout import mib, size_text
+from megakernel.compiler.pipeline import plan_model
+from megakernel.compiler.report_ring import ring_buffers
+from megakernel.models import zoo
+
+# (zoo name, cores, --quantize pairs, geometry): the geometries the search
+# chose for these plans (qwen3-32b/8 and kimi-k2/16 from the CLI), fixed here
+# so each plan takes no search.
+CASES = {
+    "qwen3-32b/8": ("qwen3-32b", 8, [], dict(bank_bytes=4 << 20, num_banks=12, kv_tile=1024)),
+    # MLA's kv_a_proj is 576 columns: its tiles get auxiliary rings
+    "kimi-k2/16-mxfp4": ("kimi-k2", 16, ["experts=mxfp4"],
+                         dict(bank_bytes=2 << 20, num_banks=7, expert_slots=2, kv_tile=512,
+                              moe_parallel=1)),
+    # fp8_b128's scales: auxiliary rings of 2 and 4 rows, tiled as scratch
+    "tiny-dense-fp8": ("tiny-dense", 1, ["dense=fp8_b128"], dict(bank_bytes=512 << 10,
+                                                                num_banks=5, kv_tile=512)),
+    "tiny-dense": ("tiny-dense", 1, [], dict(bank_bytes=512 << 10, num_banks=5, kv_tile=512)),
+}
+
+
+@pytest.fixture(scope="module")
+def plans():
+    out = {}
+    for key, (name, cores, quantize, geometry) in CASES.items():
+        model = with_quantize(zoo.model(name), quantize)
+        out[key] = plan_model(model, devices=cores, batch=1, tokens=1, overrides=geometry)
+    return out
+
+
+@pytest.mark.parametrize("key", sorted(CASES))
+def test_ring_total_is_the_ring_buffers(plans, key):
+    """The Ring geometry section's total is the sum of the plan's ring.*
+    buffers, byte for byte, and each of them is named there with its size;
+    the layout the geometry search sizes (RingLayout.nbytes) is the same."""
+    plan = plans[key]
+    m = plan.memory
+    bufs = ring_buffers(m)
+    declared = sum(b.nbytes for b in bufs)
+    assert m.ring.nbytes == declared
+    text = report.terminal(plan)
+    section = text.split("Ring geometry")[1].split("\n\n")[0]
+    total = re.search(r"ring total: ([\d.]+ MiB) of VMEM \(([\d,]+) bytes", section)
+    assert total, section
+    assert int(total.group(2).replace(",", "")) == declared
+    assert total.group(1) == mib(declared)
+    for b in bufs:
+        assert re.search(rf"{re.escape(b.name)}\b.*= {re.escape(size_text(b.nbytes))}", section), \
+            b.name
+    banks = m.buffer("ring.banks")
+    r = m.ring
+    assert (f"{r.num_banks} x {r.bank_rows}x{r.bank_cols} int32 words = {r.num_banks} x "
+            f"{mib(banks.nbytes // r.num_banks)} = {mib(banks.nbytes)}") in section
+    # the nominal bank_bytes times the banks is not given as the banks' VMEM
+    nominal = m.geometry.num_banks * m.geometry.bank_bytes
+    if nominal != banks.nbytes:
+        assert f"= {mib(nominal)}" not in section
+
+
+def test_ring_explains_the_bank_beyond_bank_bytes(plans):
+    """qwen3-32b/8: 4 MiB tiles, 4.38 MiB banks: the report names the tile
+    whose fold sets the bank's rows, and the fold adds up to them."""
+    plan = plans["qwen3-32b/8"]
+    r = plan.memory.ring
+    section = report.terminal(plan).split("Ring geometry")[1]
+    fold = re.search(r"'s (\d+)x(\d+)-word tile in (\d+) pieces of (\d+) columns "
+                     r"\(the last (\d+) wide\) stacks to (\d+) rows", section)
+    assert fold, section
+    rows, cols, pieces, width, last, tall = map(int, fold.groups())
+    assert width == r.bank_cols and tall == r.bank_rows == rows * pieces
+    assert cols == (pieces - 1) * width + last
+    assert r.bank_rows * r.bank_cols * 4 > plan.memory.geometry.bank_bytes
+
+
+def test_kimi_aux_rings_are_in_the_total(plans):
+    plan = plans["kimi-k2/16-mxfp4"]
+    section = report.terminal(plan).split("Ring geometry")[1]
+    assert len(plan.memory.ring.aux) == 2
+    for i in range(2):
+        line = next(ln for ln in section.splitlines() if f"ring.aux{i}:" in ln)
+        assert "kv_a_proj.weight" in line and "laid out 640 lanes wide" in line
