@@ -12,7 +12,7 @@ from __future__ import annotations
 from megakernel import dtypes
 from megakernel.compiler.buffers import Space
 from megakernel.compiler.cost import LABEL
-from megakernel.compiler.floors import floors
+from megakernel.compiler.floors import duration, floors
 from megakernel.compiler.layout import itemsize, mib, padded_shape, size_text as _size
 from megakernel.compiler.plan import Plan
 from megakernel.compiler.report_ring import ring_lines
@@ -45,18 +45,14 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
     labels = [p.label for p in m.points]
     out = []
     out.append((f"Step time: {LABEL}", [
-        f"modeled step time: {c.step_ms:.3f} ms per step",
-        f"steps per call: {c.steps_per_call} (modeled call {c.call_ms:.3f} ms: launch "
-        f"{c.launch_ms:.3f} ms, XLA's copies {c.copy_ms:.3f} ms and the state commit "
-        f"{c.commit_ms:.3f} ms once, the steps' costs "
-        f"{c.steps_per_call} times)",
+        f"modeled step time: {duration(c.step_ms)} per step",
+        f"steps per call: {c.steps_per_call} (modeled call {duration(c.call_ms)}: launch "
+        f"{duration(c.launch_ms)}, XLA's copies {duration(c.copy_ms)} and the state commit "
+        f"{duration(c.commit_ms)} once, the steps' costs {c.steps_per_call} times)",
         f"XLA copies around the call: {_size(c.copy_bytes)} per core per call (modeled, "
         "compiler/xla_copies.py; `megakernel aot` lists the compiler's)",
         *_steps_rule(plan),
         f"modeled tokens/s per user: {c.tokens_per_s_per_user:,.1f}",
-        f"HBM floor: {c.floor_ms:.3f} ms ({c.floor_bytes_per_core / 1e9:.3f} GB read per core "
-        f"at {t.hbm_bw / 1e12:.2f} TB/s)",
-        f"modeled efficiency (floor / modeled): {c.efficiency:.1%}",
         *floors(plan).lines(),
     ]))
     out.append(("Choices", [f"{k}: {v}" for k, v in plan.choices]))

@@ -9,6 +9,7 @@ import pytest
 
 from megakernel.cli.args import with_quantize
 from megakernel.compiler import report
+from megakernel.compiler.floors import floors
 from megakernel.compiler.layout import mib, size_text
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.report_ring import ring_buffers
@@ -90,3 +91,40 @@ def test_kimi_aux_rings_are_in_the_total(plans):
     for i in range(2):
         line = next(ln for ln in section.splitlines() if f"ring.aux{i}:" in ln)
         assert "kv_a_proj.weight" in line and "laid out 640 lanes wide" in line
+
+
+def _step_section(plan) -> list[str]:
+    return report.terminal(plan).split("Step time")[1].split("\n\n")[0].splitlines()
+
+
+def _ms(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * (1e-3 if unit == "us" else 1.0)
+
+
+@pytest.mark.parametrize("key", ["tiny-dense", "qwen3-32b/8"])
+def test_one_hbm_floor_read_back_from_the_plan(plans, key):
+    """One line names the HBM floor; its time and bytes are the plan's; every
+    time of the section reads back to the plan's within its last printed
+    digit, and none of a tiny model's reads 0.000 ms."""
+    plan = plans[key]
+    c, f = plan.cost, floors(plan)
+    lines = _step_section(plan)
+    hbm = [ln for ln in lines if "HBM floor:" in ln]
+    assert len(hbm) == 1, hbm
+    got = re.match(r"HBM floor: ([\d.]+ (?:ms|us)) \(([\d,]+) bytes read per core per step "
+                   r"at ([\d.]+) TB/s nominal; ([\d.]+ (?:ms|us)) at 3.2 TB/s", hbm[0])
+    assert got, hbm[0]
+    assert int(got.group(2).replace(",", "")) == c.floor_bytes_per_core
+    assert float(got.group(3)) == pytest.approx(plan.target.hbm_bw / 1e12, abs=0.005)
+    for printed, want in ((got.group(1), c.floor_ms), (got.group(4), f.hbm_sustained_ms)):
+        assert _ms(printed) == pytest.approx(want, rel=0.01), (printed, want)
+    text = "\n".join(lines)
+    assert "0.000 ms" not in text and " 0.001 ms" not in text
+    step = re.search(r"modeled step time: ([\d.]+ (?:ms|us)) per step", text).group(1)
+    assert _ms(step) == pytest.approx(c.step_ms, rel=0.01)
+    binding = re.search(r"binding floor: (\w+) \(([\d.]+ (?:ms|us))\); modeled efficiency "
+                        r"\(binding floor / modeled step\) ([\d.]+)%", text)
+    assert binding.group(1) == f.binding
+    assert _ms(binding.group(2)) == pytest.approx(f.floor_ms, rel=0.01)
+    assert float(binding.group(3)) == pytest.approx(100 * f.efficiency, abs=0.05)
