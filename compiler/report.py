@@ -137,10 +137,16 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
                 if rows else ["none (one TensorCore)"]))
     top = sorted(c.phases, key=lambda p: -p.time_s * p.per_step)[:10]
     out.append(("Costliest phases (modeled)", _table(
-        ["phase", "x", "HBM MB", "HBM us", "MXU us", "overhead us", "wait us", "time us"],
+        ["phase", "x", "HBM MB", "HBM us", "ahead us", "MXU us", "overhead us", "wait us",
+         "time us"],
         [(p.name, p.per_step, f"{p.hbm_bytes / 1e6:.2f}", f"{p.hbm_s * 1e6:.2f}",
-          f"{p.mxu_s * 1e6:.2f}", f"{p.overhead_s * 1e6:.2f}", f"{p.stall_s * 1e6:.2f}",
-          f"{p.time_s * 1e6:.2f}") for p in top], md)))
+          f"{p.prefetched_s * 1e6:.2f}", f"{p.mxu_s * 1e6:.2f}", f"{p.overhead_s * 1e6:.2f}",
+          f"{p.stall_s * 1e6:.2f}", f"{p.time_s * 1e6:.2f}") for p in top], md) + [
+        "per occurrence, x times a step; HBM us: all the phase's bytes at the modeled DMA "
+        "bandwidth; ahead us: the part of them the weight ring streamed during earlier "
+        "phases (while those waited or computed, up to its banks' worth), so a phase can "
+        "take less than its HBM us; time us = max(HBM us - ahead us, MXU us + overhead us) "
+        "+ wait us"]))
     buf_rows = [(b.name, b.space.value, "x".join(map(str, b.shape)), b.dtype,
                  _size(b.nbytes) if b.space != Space.SEMAPHORE else f"{b.count} sems",
                  f"{labels[b.first]}..{labels[b.last]}") for b in m.buffers]

@@ -128,3 +128,31 @@ def test_one_hbm_floor_read_back_from_the_plan(plans, key):
     assert binding.group(1) == f.binding
     assert _ms(binding.group(2)) == pytest.approx(f.floor_ms, rel=0.01)
     assert float(binding.group(3)) == pytest.approx(100 * f.efficiency, abs=0.05)
+
+
+def test_costliest_phases_show_what_the_ring_streamed_ahead(plans):
+    """qwen3-32b/8's MLP takes less than its own HBM time: the table shows the
+    part the ring streamed during earlier phases (the plan's prefetched_s),
+    says so, and each row's time adds up from its columns."""
+    plan = plans["qwen3-32b/8"]
+    section = report.terminal(plan).split("Costliest phases")[1].split("\n\n")[0]
+    lines = section.splitlines()
+    head = lines[2].split()
+    assert "ahead" in head
+    by_name = {p.name: p for p in plan.cost.phases}
+    faster = 0
+    for line in lines[4:]:
+        cells = line.split()
+        if cells[0] not in by_name:
+            break
+        row = dict(zip(["phase", "x", "mb", "hbm", "ahead", "mxu", "overhead", "wait", "time"],
+                       cells))
+        p = by_name[row["phase"]]
+        hbm, ahead, time = float(row["hbm"]), float(row["ahead"]), float(row["time"])
+        assert ahead == pytest.approx(p.prefetched_s * 1e6, abs=0.005)
+        assert time == pytest.approx(max(hbm - ahead, float(row["mxu"]) + float(row["overhead"]))
+                                     + float(row["wait"]), abs=0.02)
+        faster += time < hbm
+    assert faster, section
+    assert "streamed during earlier phases" in section
+    assert "time us = max(HBM us - ahead us, MXU us + overhead us) + wait us" in section
