@@ -141,7 +141,8 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
          "time us"],
         [(p.name, p.per_step, f"{p.hbm_bytes / 1e6:.2f}", f"{p.hbm_s * 1e6:.2f}",
           f"{p.prefetched_s * 1e6:.2f}", f"{p.mxu_s * 1e6:.2f}", f"{p.overhead_s * 1e6:.2f}",
-          f"{p.stall_s * 1e6:.2f}", f"{p.time_s * 1e6:.2f}") for p in top], md) + [
+          f"{p.stall_s * 1e6:.2f}", f"{p.time_s * 1e6:.2f}") for p in top], md)
+        + [""] * md + [          # markdown: a blank line ends the table before the note
         "per occurrence, x times a step; HBM us: all the phase's bytes at the modeled DMA "
         "bandwidth; ahead us: the part of them the weight ring streamed during earlier "
         "phases (while those waited or computed, up to its banks' worth), so a phase can "

@@ -156,3 +156,5 @@ def test_costliest_phases_show_what_the_ring_streamed_ahead(plans):
     assert faster, section
     assert "streamed during earlier phases" in section
     assert "time us = max(HBM us - ahead us, MXU us + overhead us) + wait us" in section
+    # in markdown the note follows the table after a blank line, not as a row of it
+    assert "|\n\nper occurrence, x times a step" in report.markdown(plan)
