@@ -12,7 +12,7 @@ the plan's ``ring.*`` VMEM buffers, so it equals what the buffer table lists.
 from __future__ import annotations
 
 from megakernel.compiler.buffers import Kind
-from megakernel.compiler.layout import LANES, mib, round_up, size_text
+from megakernel.compiler.layout import LANES, mib, round_up, scratch_rows, size_text
 
 
 def ring_buffers(memory):
@@ -31,13 +31,19 @@ def _words(shape) -> str:
     return "x".join(map(str, shape))
 
 
+def _tiled(shape) -> str:
+    """How a [rows, cols] word ring is laid out where tiling pads it."""
+    rows, cols = scratch_rows(shape[0], "int32"), round_up(shape[1], LANES)
+    return "" if (rows, cols) == tuple(shape) else f", laid out as {rows}x{cols}"
+
+
 def ring_lines(plan) -> list[str]:
     m, g = plan.memory, plan.memory.geometry
     ring = m.ring
     bufs = {b.name: b for b in ring_buffers(m)}
     banks = bufs["ring.banks"]
     tiles = _tiles(m.stream)
-    main = [(n, t) for n, t in tiles if ring.bank_of(t) == 0]
+    main = [(n, t) for n, t in tiles if ring.bank_of(t) == 0] or tiles   # as ring_layout
     # The bank's rows: the tallest tile once folded into bank-wide column pieces.
     name, tall = max(main, key=lambda nt: nt[1].words[0] * ring.pieces(nt[1]))
     pieces = ring.pieces(tall)
@@ -47,8 +53,8 @@ def ring_lines(plan) -> list[str]:
                                            else "") + f" stacks to {ring.bank_rows} rows"
             if pieces > 1 else f"{name}'s {_words(tall.words)}-word tile")
     widest = max(t.nbytes for _, t in tiles)
-    out = [f"ring banks (ring.banks): {ring.num_banks} x {_words(ring.shape[1:])} int32 words "
-           f"= {ring.num_banks} x {mib(banks.nbytes // ring.num_banks)} = {mib(banks.nbytes)}; "
+    out = [f"ring banks (ring.banks): {ring.num_banks} x {_words(ring.shape[1:])} int32 words"
+           f"{_tiled(ring.shape[1:])} = {ring.num_banks} x {mib(banks.nbytes // ring.num_banks)} = {mib(banks.nbytes)}; "
            f"bank_bytes {mib(g.bank_bytes)} bounds a tile's bytes (the largest streams "
            f"{mib(widest)}); a bank is as tall as the tallest tile folded into bank-wide "
            f"pieces: {fold}"]
@@ -61,10 +67,8 @@ def ring_lines(plan) -> list[str]:
             ([f"the tiles of {', '.join(held)} (not whole (8, 128) word tiles, which a "
               "DMA into a corner of a bank needs)"] if held else [])
             + ([f"the f32 scales of {', '.join(scaled)}"] if scaled else []))
-        lanes = round_up(shape[1], LANES)
-        pad = f", laid out {lanes} lanes wide" if lanes != shape[1] else ""
         out.append(f"auxiliary ring ring.aux{i}: {ring.num_banks} x {_words(shape)} int32 "
-                   f"words{pad} = {size_text(b.nbytes)}, for {what}")
+                   f"words{_tiled(shape)} = {size_text(b.nbytes)}, for {what}")
     total = sum(b.nbytes for b in bufs.values())
     parts = " + ".join(size_text(b.nbytes) for b in bufs.values())
     out.append(f"ring total: {mib(total)} of VMEM ({total:,} bytes"

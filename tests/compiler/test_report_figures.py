@@ -90,7 +90,7 @@ def test_kimi_aux_rings_are_in_the_total(plans):
     assert len(plan.memory.ring.aux) == 2
     for i in range(2):
         line = next(ln for ln in section.splitlines() if f"ring.aux{i}:" in ln)
-        assert "kv_a_proj.weight" in line and "laid out 640 lanes wide" in line
+        assert "kv_a_proj.weight" in line and "laid out as" in line and "x640 =" in line
 
 
 def _step_section(plan) -> list[str]:
