@@ -38,6 +38,8 @@ class Floors:
     latency_ms: float          # launch share + collective phase latencies
     modeled_ms: float          # the cost model's step
     weights_by_format: tuple[tuple[str, int], ...]   # ("bfloat16.kn", elements per step)
+    hbm_bytes: int = 0         # what the HBM floor reads per core per step
+    hbm_bw: float = 0.0        # the nominal bandwidth it is read at (B/s)
 
     @property
     def binding(self) -> str:
@@ -59,16 +61,25 @@ class Floors:
         return self.hbm_ms / self.modeled_ms
 
     def lines(self) -> list[str]:
+        """The report's floors, one line each, and the efficiency against them."""
         fmts = ", ".join(f"{k} {n / 1e6:.1f} M" for k, n in self.weights_by_format)
         return [
-            f"HBM floor: {self.hbm_ms:.3f} ms at nominal bandwidth, {self.hbm_sustained_ms:.3f} "
-            f"ms at {HBM_SUSTAINED.value / 1e12:.1f} TB/s sustained (Inferact)",
-            f"core floor: {self.core_ms:.3f} ms (MXU weight loads at calibrated rates, "
+            f"HBM floor: {duration(self.hbm_ms)} ({self.hbm_bytes:,} bytes read per core per "
+            f"step at {self.hbm_bw / 1e12:.2f} TB/s nominal; {duration(self.hbm_sustained_ms)} "
+            f"at {HBM_SUSTAINED.value / 1e12:.1f} TB/s sustained, Inferact)",
+            f"core floor: {duration(self.core_ms)} (MXU weight loads at calibrated rates, "
             f"compiler/calibration.json; weights per core per step: {fmts or 'none'})",
-            f"latency floor: {self.latency_ms:.3f} ms (launch share + collective phases)",
-            f"binding floor: {self.binding} ({self.floor_ms:.3f} ms); modeled efficiency against "
-            f"it {self.efficiency:.1%} (against the HBM floor {self.hbm_efficiency:.1%})",
+            f"latency floor: {duration(self.latency_ms)} (launch share + collective phases)",
+            f"binding floor: {self.binding} ({duration(self.floor_ms)}); modeled efficiency "
+            f"(binding floor / modeled step) {self.efficiency:.1%}, against the HBM floor "
+            f"{self.hbm_efficiency:.1%}",
         ]
+
+
+def duration(ms: float) -> str:
+    """A time in ms from 0.1 ms up (to the us), in us to the hundredth below
+    it: a tiny model's 1.23 us floor does not read "0.001 ms"."""
+    return f"{ms:.3f} ms" if ms >= 0.1 else f"{ms * 1e3:.2f} us"
 
 
 def _weights(plan) -> dict[str, int]:
@@ -125,7 +136,7 @@ def floors(plan) -> Floors:
     nbytes = c.floor_bytes_per_core
     return Floors(nbytes / plan.target.hbm_bw * 1e3, nbytes / HBM_SUSTAINED.value * 1e3,
                   core_s * 1e3, latency_seconds(plan) * 1e3, c.step_ms,
-                  tuple(sorted(by_fmt.items())))
+                  tuple(sorted(by_fmt.items())), nbytes, plan.target.hbm_bw)
 
 
 def modeled_compute_parts(cost) -> tuple[float, float]:

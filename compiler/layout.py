@@ -143,6 +143,13 @@ def mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
 
 
+def size_text(nbytes: int) -> str:
+    """MiB from one MiB up, KiB or bytes below it (no "0.02 MiB")."""
+    if nbytes >= 2**20:
+        return mib(nbytes)
+    return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
+
+
 # What Mosaic keeps in VMEM beyond the buffers a kernel declares: the values the
 # kernel computes on, when they do not fit the 64 vector registers. The plan
 # counts them as MemoryPlan.values_bytes (values_bytes below) =

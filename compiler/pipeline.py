@@ -120,7 +120,8 @@ def _with_choices(best: Plan, candidates: list[Plan], model: Model,
         choices.append(("moe_parallel", f"ep={best.shard.ep} (modeled {listing})"))
     g = best.memory.geometry
     slots = f"{g.expert_slots} expert slots, " if best.memory.experts else ""
-    choices.append(("geometry", f"{g.num_banks} x {g.bank_bytes // 1024} KiB banks, {slots}"
+    choices.append(("geometry", f"{g.num_banks} ring banks for tiles of up to "
+                    f"{g.bank_bytes // 1024} KiB (bank_bytes), {slots}"
                     f"kv_tile {g.kv_tile} (lowest modeled step time within the VMEM budget)"))
     for spec in best.collectives.specs:
         wire = f", {spec.wire} wire" if spec.kind == "all_reduce" else ""

@@ -12,9 +12,10 @@ from __future__ import annotations
 from megakernel import dtypes
 from megakernel.compiler.buffers import Space
 from megakernel.compiler.cost import LABEL
-from megakernel.compiler.floors import floors
-from megakernel.compiler.layout import itemsize, mib, padded_shape
+from megakernel.compiler.floors import duration, floors
+from megakernel.compiler.layout import itemsize, mib, padded_shape, size_text as _size
 from megakernel.compiler.plan import Plan
+from megakernel.compiler.report_ring import ring_lines
 
 
 def _table(headers, rows, md: bool) -> list[str]:
@@ -26,12 +27,6 @@ def _table(headers, rows, md: bool) -> list[str]:
               for i, h in enumerate(headers)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
-
-
-def _size(nbytes: int) -> str:
-    if nbytes >= 2**20:
-        return mib(nbytes)
-    return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
 
 
 def _steps_rule(plan: Plan) -> list[str]:
@@ -50,18 +45,14 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
     labels = [p.label for p in m.points]
     out = []
     out.append((f"Step time: {LABEL}", [
-        f"modeled step time: {c.step_ms:.3f} ms per step",
-        f"steps per call: {c.steps_per_call} (modeled call {c.call_ms:.3f} ms: launch "
-        f"{c.launch_ms:.3f} ms, XLA's copies {c.copy_ms:.3f} ms and the state commit "
-        f"{c.commit_ms:.3f} ms once, the steps' costs "
-        f"{c.steps_per_call} times)",
+        f"modeled step time: {duration(c.step_ms)} per step",
+        f"steps per call: {c.steps_per_call} (modeled call {duration(c.call_ms)}: launch "
+        f"{duration(c.launch_ms)}, XLA's copies {duration(c.copy_ms)} and the state commit "
+        f"{duration(c.commit_ms)} once, the steps' costs {c.steps_per_call} times)",
         f"XLA copies around the call: {_size(c.copy_bytes)} per core per call (modeled, "
         "compiler/xla_copies.py; `megakernel aot` lists the compiler's)",
         *_steps_rule(plan),
         f"modeled tokens/s per user: {c.tokens_per_s_per_user:,.1f}",
-        f"HBM floor: {c.floor_ms:.3f} ms ({c.floor_bytes_per_core / 1e9:.3f} GB read per core "
-        f"at {t.hbm_bw / 1e12:.2f} TB/s)",
-        f"modeled efficiency (floor / modeled): {c.efficiency:.1%}",
         *floors(plan).lines(),
     ]))
     out.append(("Choices", [f"{k}: {v}" for k, v in plan.choices]))
@@ -104,7 +95,6 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
         out.append(("Weight formats (bytes streamed per step per core)", _format_lines(plan, md)))
     vm = m.vmem_total
     peak = max(m.live_vmem(p.index) for p in m.points)
-    g = m.geometry
     out.append(("VMEM", [
         f"total {mib(vm)} of budget {mib(m.vmem_budget)} ({mib(t.vmem_bytes)} capacity - "
         f"{mib(t.vmem_reserve)} reserve); headroom {mib(m.vmem_budget - vm)}",
@@ -117,8 +107,7 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
              "layers each a whole number of turns of the ring), the rest computed from "
              "the layer index" if static else
              "each layer's banks computed from its index")
-    ring = [f"ring: {g.num_banks} banks x {_size(g.bank_bytes)} = {mib(g.num_banks * g.bank_bytes)}; "
-            f"{m.stream.total} tiles per step; {banks}"]
+    ring = ring_lines(plan) + [f"{m.stream.total} tiles per step; {banks}"]
     for s in m.stream.stacks:
         ring.append(f"stack {s.stack}: {s.per_layer} tiles per layer "
                     f"({s.bytes_per_layer / 2**20:.2f} MiB), first tile at stream index {s.offset}")
@@ -148,10 +137,17 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
                 if rows else ["none (one TensorCore)"]))
     top = sorted(c.phases, key=lambda p: -p.time_s * p.per_step)[:10]
     out.append(("Costliest phases (modeled)", _table(
-        ["phase", "x", "HBM MB", "HBM us", "MXU us", "overhead us", "wait us", "time us"],
+        ["phase", "x", "HBM MB", "HBM us", "ahead us", "MXU us", "overhead us", "wait us",
+         "time us"],
         [(p.name, p.per_step, f"{p.hbm_bytes / 1e6:.2f}", f"{p.hbm_s * 1e6:.2f}",
-          f"{p.mxu_s * 1e6:.2f}", f"{p.overhead_s * 1e6:.2f}", f"{p.stall_s * 1e6:.2f}",
-          f"{p.time_s * 1e6:.2f}") for p in top], md)))
+          f"{p.prefetched_s * 1e6:.2f}", f"{p.mxu_s * 1e6:.2f}", f"{p.overhead_s * 1e6:.2f}",
+          f"{p.stall_s * 1e6:.2f}", f"{p.time_s * 1e6:.2f}") for p in top], md)
+        + [""] * md + [          # markdown: a blank line ends the table before the note
+        "per occurrence, x times a step; HBM us: all the phase's bytes at the modeled DMA "
+        "bandwidth; ahead us: the part of them the weight ring streamed during earlier "
+        "phases (while those waited or computed, up to its banks' worth), so a phase can "
+        "take less than its HBM us; time us = max(HBM us - ahead us, MXU us + overhead us) "
+        "+ wait us"]))
     buf_rows = [(b.name, b.space.value, "x".join(map(str, b.shape)), b.dtype,
                  _size(b.nbytes) if b.space != Space.SEMAPHORE else f"{b.count} sems",
                  f"{labels[b.first]}..{labels[b.last]}") for b in m.buffers]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from megakernel.compiler.layout import padded_bytes, word_rows
+from megakernel.compiler.layout import scratch_bytes, word_rows
 
 WORD = "int32"
 
@@ -79,8 +79,10 @@ class RingLayout:
 
     @property
     def nbytes(self) -> int:
-        return padded_bytes(self.shape, WORD) + sum(
-            padded_bytes(self.aux_shape(i), WORD) for i in range(len(self.aux)))
+        """VMEM of the banks and auxiliary rings, tiled as Mosaic tiles scratch:
+        what the plan's ``ring.*`` buffers declare (plan_buffers.sized)."""
+        return scratch_bytes(self.shape, WORD) + sum(
+            scratch_bytes(self.aux_shape(i), WORD) for i in range(len(self.aux)))
 
     @property
     def sems_per_bank(self) -> int:

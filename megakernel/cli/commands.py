@@ -71,9 +71,15 @@ def check_line(result) -> str:
     if result.route_ties:
         tied += (f"; {result.route_ties} sequence(s) not compared: the reference routes "
                  f"them by a margin rounding can flip")
+    b = result.bounds
+    logits = (f" = {b.logits:.2e} x (1 + {result.logit_scale:.3g}, the largest |reference "
+              f"logit|)" if b else "")
+    state = (f" = {b.state:.2e} x (1 + {result.cache_scale:.3g}, the largest |reference "
+             f"state value|)" if b else "")
     return (f"{verdict}: {result.steps} step(s), tokens agree {result.token_agreement:.0%}{tied}, "
             f"max |logits - reference| {result.max_abs_err:.2e} (tolerance "
-            f"{result.tolerance:.2e}), max cache error {result.cache_max_err:.2e}, "
+            f"{result.tolerance:.2e}{logits}), max cache error {result.cache_max_err:.2e} "
+            f"(tolerance {result.cache_tolerance:.2e}{state}), "
             f"races {'FOUND' if result.races else 'none'}, {result.seconds:.1f} s")
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from megakernel.cli import main
 from tests.cli.helpers import run
+from tests.cli.test_check_line import read_tolerances
 
 
 def test_show_prints_stacks_and_parameters(capsys):
@@ -105,6 +106,10 @@ def test_compile_writes_kernel_and_plan(compiled_dir):
 def test_check_a_compiled_dir(compiled_dir, capsys):
     code, out, _ = run("check", str(compiled_dir), "--steps", "1", capsys=capsys)
     assert code == 0 and out.startswith("PASS")
+    # each tolerance with the relative bound and the reference's largest value it scales
+    for bound, rel, scale in read_tolerances(out):
+        assert rel > 0 and scale > 0 and rel * (1 + scale) == pytest.approx(bound, rel=1e-2)
+    assert len(read_tolerances(out)) == 2
 
 
 @pytest.mark.aot

@@ -147,6 +147,11 @@ class CheckResult:
     mismatches: int = 0           # greedy tokens unequal to the reference's
     near_ties: int = 0            # of those, the ones a near-tie explains (near_ties())
     route_ties: int = 0           # sequences not compared: routing near-ties (ROUTE_TIE)
+    # tolerance = bounds.logits x (1 + logit_scale), cache_tolerance =
+    # bounds.state x (1 + cache_scale): the largest |reference logit| and state
+    bounds: "Tolerances | None" = None
+    logit_scale: float = 0.0
+    cache_scale: float = 0.0
 
     @property
     def tokens_agree(self) -> bool:

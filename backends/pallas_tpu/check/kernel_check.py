@@ -78,4 +78,5 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
     return CheckResult(max(errs), 1.0 - mismatches / max(compared, 1), cache_err, steps,
                        time.perf_counter() - t0, False, tol.logits * (1.0 + scale), errs,
                        tol.state * (1.0 + cache_scale), mismatches=mismatches,
-                       near_ties=ties, route_ties=int(tied.sum()))
+                       near_ties=ties, route_ties=int(tied.sum()), bounds=tol,
+                       logit_scale=scale, cache_scale=cache_scale)

@@ -118,4 +118,5 @@ def check_steps(model, plan, weights, module, interpret, *, seed: int = 0, promp
     agreement = float(np.mean(got[keep] == want[keep])) if keep.any() else 1.0
     return CheckResult(err, agreement, cache_err, n, time.perf_counter() - t0,
                        False, tol.logits * (1.0 + scale), [err], tol.state * (1.0 + cache_scale),
-                       tokens=got, route_ties=int(tied.sum()))
+                       tokens=got, route_ties=int(tied.sum()), bounds=tol, logit_scale=scale,
+                       cache_scale=cache_scale)
