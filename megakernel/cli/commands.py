@@ -5,12 +5,14 @@ a Hugging Face config.json or checkpoint folder); ``check`` and ``aot`` also tak
 a folder written by ``compile`` (see ``megakernel.cli.artifact``). A project error,
 a bad argument or an unusable path prints one paragraph and exits with code 2;
 Ctrl-C or SIGTERM prints one line and exits 130 or 143, leaving no partial
-output; ``--debug`` shows the traceback instead.
+output; ``--debug`` shows the traceback instead. A reader that stops reading
+(``| head``) ends it quietly with 141, as SIGPIPE ends a Unix tool.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -329,6 +331,29 @@ def error_text(message: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C before a command's own handling starts (argument parsing, the
+        # imports it does): the same one line as during a command.
+        if "--debug" in argv:
+            raise
+        print(interrupts.message(signal.SIGINT), file=sys.stderr)
+        return 128 + signal.SIGINT
+    except BrokenPipeError:
+        # The reader stopped reading (`megakernel plan ... | head -1`): quiet,
+        # as a tool killed by SIGPIPE; what is left to print goes nowhere, so
+        # the interpreter's final flush cannot fail again (see the Python
+        # docs' note on SIGPIPE).
+        with contextlib.suppress(OSError, ValueError):   # a stdout with no descriptor
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from megakernel import virtual_devices
 
@@ -339,13 +364,17 @@ def main(argv: list[str] | None = None) -> int:
     import megakernel.kinds  # noqa: F401 - every op kind's rules, checked complete
     try:
         with interrupts.raised(f"megakernel {args.command}"):
-            return args.fn(args)
+            code = args.fn(args)
+            sys.stdout.flush()   # a closed pipe is found here, not at exit
+            return code
     except KeyboardInterrupt as err:
         if args.debug:
             raise
         signum = getattr(err, "signum", signal.SIGINT)
         print(interrupts.message(signum), file=sys.stderr)
         return 128 + signum
+    except BrokenPipeError:
+        raise       # main's: not a path the user gave
     except (MegakernelError, OSError) as err:
         # OSError: a path the user gave that cannot be used (missing, a name too
         # long, no permission); the message names it.
@@ -353,4 +382,3 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(error_text(str(err)), file=sys.stderr)
         return 2
-
