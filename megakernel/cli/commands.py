@@ -116,7 +116,7 @@ def open_compiled(args, folder: str):
 
 def cmd_check(args) -> int:
     from megakernel.cli.artifact import is_compiled
-    from megakernel.backends.pallas_tpu.check.kernel_check import check
+    from megakernel.backends.pallas_tpu.check.kernel_check import check, check_positions
     from megakernel.errors import CheckError
 
     module = None
@@ -148,6 +148,7 @@ def cmd_check(args) -> int:
         raise CheckError(f"--steps {args.steps} counts one-step calls; this kernel runs "
                          f"{plan.request.steps} steps per call and is checked over one call",
                          path="--steps", hint="leave --steps out for a --steps-per-call kernel")
+    check_positions(model, plan, args.steps)     # refused before the check starts
     what = (f"{plan.request.steps} steps in one call" if plan.request.steps > 1
             else f"{args.steps} step(s)")
     with cli_args.progress(f"interpret-mode check, {what}"):

@@ -122,3 +122,24 @@ def test_a_closed_pipe_ends_quietly(capsys, monkeypatch):
             pipe.close()
     assert code == 141, err
     assert "error" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--steps", "1000000"], "reach position 1000002, past the max_seq_len=512 positions of "
+                             "tiny-dense (give --steps at most 509)"),
+    (["--batch", "4", "--steps", "600"], "the last of 4 rows starting 3 positions later, "
+                                         "reach position 605"),
+    (["--batch", "600"], "(give --batch at most 508)"),
+])
+def test_check_refuses_positions_past_max_seq_len_before_it_starts(argv, needle, capsys,
+                                                                   monkeypatch):
+    """Issue 33: --steps 1000000 ran unbounded, and steps past max_seq_len were
+    reported as a kernel FAIL."""
+    from megakernel.backends.pallas_tpu.check import kernel_check
+
+    def started(*a, **k):
+        raise AssertionError("the check started")
+
+    monkeypatch.setattr(kernel_check, "check", started)
+    code, err = run(["check", "tiny-dense"] + argv, capsys)
+    assert code == 2 and needle in err, err
