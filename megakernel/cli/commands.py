@@ -132,13 +132,9 @@ def cmd_check(args) -> int:
     elif args.examples:
         return _check_examples(args)
     elif args.hf:
-        from megakernel.testing import check_hf_fixture
+        from megakernel.cli.check_hf import check_hf
 
-        with cli_args.progress(f"decoding the HF fixture {args.hf} through the kernel"):
-            errors = check_hf_fixture(args.hf, devices=args.devices)
-        for step, err in errors:
-            print(f"{step:10s} max |kernel - HF| = {err:.2e} of the logit scale")
-        return 0 if all(err <= 1e-4 for _, err in errors) else 1
+        return check_hf(args)
     else:
         model, plan = cli_args.make_plan(args)
     cli_args.fits_interpreter(model, args.max_weights_gib)
