@@ -35,6 +35,21 @@ STAGES = ("request", "target", "shard", "algorithms", "geometry", "memory", "sch
           "steps")
 
 
+# The format offered, per weight kind, to a model too big for its cores: the
+# ones docs/formats.md shows fitting (kimi-k2's experts on 16 cores, qwen3-8b's
+# dense weights).
+SMALLER = {"experts": "mxfp4", "dense": "int4_g128"}
+
+
+def _smaller_format(model: Model) -> str:
+    """``KIND=FORMAT`` for the first kind of SMALLER that ``model`` stores plain."""
+    from megakernel.ir.weight_kinds import model_kinds
+
+    kinds = model_kinds(model.layers)
+    return next((f"{k}={f}" for k, f in SMALLER.items()
+                 if k in kinds and getattr(model.quantize, k) == "plain"), "")
+
+
 def plan_model(model: Model, *, target: "Target | str | None" = None, devices: int = 1,
                batch: int = 1, tokens: int = 1, context: int | None = None,
                overrides=None, steps: "int | str" = 1) -> Plan:
@@ -54,7 +69,7 @@ def plan_model(model: Model, *, target: "Target | str | None" = None, devices: i
     # refused from the numbers, before any tile is enumerated.
     sizes.check_fits(sizes.of_model(model, formatted=True), cores=request.devices,
                      hbm_per_core=target.hbm_bytes, chip=target.chip, batch=request.batch,
-                     path="plan.hbm", error=PlanningError)
+                     path="plan.hbm", error=PlanningError, quantize=_smaller_format(model))
     options = _expert_parallel_options(model, request)
     # Several MoE splits: compare them with a one-round geometry search, then
     # refine the winner with the full search.

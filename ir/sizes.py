@@ -139,10 +139,11 @@ def largest_topology() -> tuple[str, int, int]:
 
 def check_fits(sizes: Sizes, *, cores: int | None = None, hbm_per_core: int | None = None,
                chip: str | None = None, batch: int = 1, path: str = "sizes",
-               error: type[MegakernelError] = IRError) -> None:
+               error: type[MegakernelError] = IRError, quantize: str = "") -> None:
     """Refuse ``sizes`` when weights plus the KV caches of ``batch`` sequences,
     split evenly, exceed ``cores`` x ``hbm_per_core`` (default: the largest
-    supported topology)."""
+    supported topology). ``quantize``: a ``--quantize KIND=FORMAT`` the hint
+    offers (a weight kind the model stores plain)."""
     if cores is None or hbm_per_core is None:
         chip, cores, hbm_per_core = largest_topology()
     need = sizes.total(batch)
@@ -152,9 +153,11 @@ def check_fits(sizes: Sizes, *, cores: int | None = None, hbm_per_core: int | No
         f"{sizes.name} has {_gb(sizes.param_bytes)} of weights + {_gb(batch * sizes.cache_bytes)} "
         f"of KV caches ({batch} sequence(s) x {sizes.max_seq_len:,} positions) = {_gb(need)}: "
         f"at least {_gb(need / cores)} of HBM per core, capacity {_gb(hbm_per_core)} "
-        f"({chip or 'target'}, {cores} TensorCore(s), even split evenly)", path=path,
+        f"({chip or 'target'}, {cores} TensorCore(s), split evenly)", path=path,
         hint="use smaller sizes, fewer layers, or a shorter max_seq_len or batch" + (
-            f", or more TensorCores (at most {_max_cores()})" if cores < _max_cores() else ""))
+            f", or more TensorCores (at most {_max_cores()})" if cores < _max_cores() else "")
+        + (f", or store weights in fewer bytes: --quantize {quantize} (docs/formats.md)"
+           if quantize else ""))
 
 
 def _max_cores() -> int:

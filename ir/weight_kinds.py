@@ -33,6 +33,13 @@ def _moe(op):
     return kinds
 
 
+# Kinds whose name may mislead: a model without them is told what they are.
+KIND_MEANS = {"attention": "an MLA layer's up-projections; other attention projections are "
+                           "dense",
+              "experts": "a MoE layer's routed experts",
+              "router": "a MoE layer's router"}
+
+
 @node
 class Quantize:
     """A card's ``quantize`` block: the format of each weight kind (``plain``:
@@ -61,18 +68,30 @@ class Quantize:
         return formats.PLAIN if kind is None else formats.get(getattr(self, kind))
 
     @classmethod
-    def parse(cls, pairs: list[str], *, path: str = "--quantize") -> "Quantize":
-        """``["experts=mxfp4", "dense=int8"]`` (the CLI's repeatable flag)."""
+    def parse(cls, pairs: list[str], *, path: str = "--quantize", model=None) -> "Quantize":
+        """``["experts=mxfp4", "dense=int8"]`` (the CLI's repeatable flag): each
+        kind once, and, given ``model``, only kinds that model has."""
         from megakernel.errors import IRError
 
         table = {}
         for pair in pairs:
-            kind, sep, name = pair.partition("=")
+            kind, sep, name = (part.strip() for part in pair.partition("="))
             if not sep or not kind or not name:
                 raise IRError(f"expected KIND=FORMAT, found {pair!r}", path=path,
                               hint=f"kinds: {list(formats.KINDS)}; formats: "
                                    f"{sorted(formats.FORMATS)}")
-            table[kind.strip()] = name.strip()
+            if kind in table:
+                raise IRError(f"{kind} is given twice ({kind}={table[kind]}, then {kind}={name})",
+                              path=f"{path}.{kind}", hint=f"give {kind} once")
+            table[kind] = name
+        if model is not None:
+            has = model_kinds(model.layers)
+            for kind in table:
+                if kind in formats.KINDS and kind not in has:
+                    what = f" ({KIND_MEANS[kind]})" if kind in KIND_MEANS else ""
+                    raise IRError(f"{model.name} has no {kind} weights{what}; its weight kinds "
+                                  f"are {', '.join(sorted(has))}", path=f"{path}.{kind}",
+                                  hint=f"remove {kind}={table[kind]}")
         formats.check_table(table, path=path)
         return cls(**table)
 
@@ -88,3 +107,12 @@ def layer_formats(quantize: Quantize, layer) -> dict[str, str]:
             if fmt != "plain":
                 out[f"{n.name}.{pname}"] = fmt
     return out
+
+
+def model_kinds(layers) -> set[str]:
+    """The weight kinds a model of ``layers`` has (its embedding and LM head too)."""
+    kinds = {"embedding", "lm_head"}
+    for layer in set(layers):
+        for n in layer.nodes:
+            kinds.update(WEIGHT_KINDS(n.op.kind, n.name)(n.op).values())
+    return kinds

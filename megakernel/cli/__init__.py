@@ -3,6 +3,7 @@ calibrate | demo``.
 
     commands.py    the subcommands and ``main`` (exit 2 on a project error)
     args.py        argument types, the plan flags, model loading
+    check_hf.py    ``check DIR --hf DIR``: a Hugging Face fixture through the kernel
     generate.py    ``generate``: greedy tokens through the kernel
     generation.py  prefill with the reference, decode in calls of N steps
     calibrate.py   ``calibrate``: the cost model's measured constants

@@ -174,9 +174,10 @@ def plan_args(p, *, model_optional: bool = False) -> None:
     p.add_argument("--moe-parallel", type=moe_parallel, default=None,
                    help="tp, ep, or an expert-parallel degree")
     p.add_argument("--quantize", action="append", default=None, metavar="KIND=FORMAT",
-                   help="store a weight kind (dense, experts, lm_head, ...) in a format "
-                        "(int8, int4_g32/64/128, fp8_b128, mxfp4), rounded to nearest on "
-                        "load; repeatable; over the card's own quantize table")
+                   help="store a weight kind (dense, or experts of a MoE model) in a "
+                        "format (int8, int4_g32/64/128, fp8_b128, mxfp4), rounded to "
+                        "nearest on load; repeatable, each kind once; over the card's own "
+                        "quantize table")
 
 
 def with_quantize(model, pairs: list[str] | None):
@@ -187,7 +188,7 @@ def with_quantize(model, pairs: list[str] | None):
 
     if not pairs:
         return model
-    table = {**model.quantize.chosen(), **Quantize.parse(pairs).chosen()}
+    table = {**model.quantize.chosen(), **Quantize.parse(pairs, model=model).chosen()}
     return dataclasses.replace(model, quantize=Quantize(**table))
 
 

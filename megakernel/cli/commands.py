@@ -5,12 +5,14 @@ a Hugging Face config.json or checkpoint folder); ``check`` and ``aot`` also tak
 a folder written by ``compile`` (see ``megakernel.cli.artifact``). A project error,
 a bad argument or an unusable path prints one paragraph and exits with code 2;
 Ctrl-C or SIGTERM prints one line and exits 130 or 143, leaving no partial
-output; ``--debug`` shows the traceback instead.
+output; ``--debug`` shows the traceback instead. A reader that stops reading
+(``| head``) ends it quietly with 141, as SIGPIPE ends a Unix tool.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -120,7 +122,7 @@ def open_compiled(args, folder: str):
 
 def cmd_check(args) -> int:
     from megakernel.cli.artifact import is_compiled
-    from megakernel.backends.pallas_tpu.check.kernel_check import check
+    from megakernel.backends.pallas_tpu.check.kernel_check import check, check_positions
     from megakernel.errors import CheckError
 
     module = None
@@ -136,13 +138,9 @@ def cmd_check(args) -> int:
     elif args.examples:
         return _check_examples(args)
     elif args.hf:
-        from megakernel.testing import check_hf_fixture
+        from megakernel.cli.check_hf import check_hf
 
-        with cli_args.progress(f"decoding the HF fixture {args.hf} through the kernel"):
-            errors = check_hf_fixture(args.hf, devices=args.devices)
-        for step, err in errors:
-            print(f"{step:10s} max |kernel - HF| = {err:.2e} of the logit scale")
-        return 0 if all(err <= 1e-4 for _, err in errors) else 1
+        return check_hf(args)
     else:
         model, plan = cli_args.make_plan(args)
     cli_args.fits_interpreter(model, args.max_weights_gib)
@@ -152,6 +150,7 @@ def cmd_check(args) -> int:
         raise CheckError(f"--steps {args.steps} counts one-step calls; this kernel runs "
                          f"{plan.request.steps} steps per call and is checked over one call",
                          path="--steps", hint="leave --steps out for a --steps-per-call kernel")
+    check_positions(model, plan, args.steps)     # refused before the check starts
     what = (f"{plan.request.steps} steps in one call" if plan.request.steps > 1
             else f"{args.steps} step(s)")
     with cli_args.progress(f"interpret-mode check, {what}"):
@@ -335,6 +334,29 @@ def error_text(message: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C before a command's own handling starts (argument parsing, the
+        # imports it does): the same one line as during a command.
+        if "--debug" in argv:
+            raise
+        print(interrupts.message(signal.SIGINT), file=sys.stderr)
+        return 128 + signal.SIGINT
+    except BrokenPipeError:
+        # The reader stopped reading (`megakernel plan ... | head -1`): quiet,
+        # as a tool killed by SIGPIPE; what is left to print goes nowhere, so
+        # the interpreter's final flush cannot fail again (see the Python
+        # docs' note on SIGPIPE).
+        with contextlib.suppress(OSError, ValueError):   # a stdout with no descriptor
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from megakernel import virtual_devices
 
@@ -345,13 +367,17 @@ def main(argv: list[str] | None = None) -> int:
     import megakernel.kinds  # noqa: F401 - every op kind's rules, checked complete
     try:
         with interrupts.raised(f"megakernel {args.command}"):
-            return args.fn(args)
+            code = args.fn(args)
+            sys.stdout.flush()   # a closed pipe is found here, not at exit
+            return code
     except KeyboardInterrupt as err:
         if args.debug:
             raise
         signum = getattr(err, "signum", signal.SIGINT)
         print(interrupts.message(signum), file=sys.stderr)
         return 128 + signum
+    except BrokenPipeError:
+        raise       # main's: not a path the user gave
     except (MegakernelError, OSError) as err:
         # OSError: a path the user gave that cannot be used (missing, a name too
         # long, no permission); the message names it.
@@ -359,4 +385,3 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(error_text(str(err)), file=sys.stderr)
         return 2
-

@@ -17,22 +17,25 @@ from megakernel.cli import args as cli_args
 def cmd_generate(args) -> int:
     """Greedy tokens from the kernel (prefill by the reference, then calls of
     N steps), checked against the reference's own greedy continuation."""
-    from megakernel.cli.generation import generate, print_progress, prompt_array, reference_greedy
+    from megakernel.cli.generation import (generate, plan_for, print_progress, prompt_array,
+                                           reference_greedy)
     from megakernel.models.weights import init_weights
 
     model = cli_args.cut_layers(cli_args.load(args.model), args.layers)
     cli_args.fits_interpreter(model, args.max_weights_gib)
     prompt = prompt_array(args.prompt_ids, model.vocab_size)
+    steps = ("steps per call chosen by the planner" if args.steps_per_call == "auto"
+             else f"{args.steps_per_call} steps per call")
+    # Planned first: a refused plan costs no reference decoding.
+    with cli_args.progress(f"planning {model.name} for {args.devices} core(s), {steps}"):
+        plan = plan_for(model, prompt, args.max_new, steps_per_call=args.steps_per_call,
+                        devices=args.devices, end_id=args.end_id)
     weights = init_weights(model, args.seed)
     with cli_args.progress("reference greedy continuation"):
         want = reference_greedy(model, weights, prompt, args.max_new, args.end_id)
-    steps = ("steps per call chosen by the planner" if args.steps_per_call == "auto"
-             else f"{args.steps_per_call} steps per call")
-    print(f"  planning and emitting {model.name} for {args.devices} core(s), {steps}",
-          file=sys.stderr)
-    got = generate(model, prompt, args.max_new, steps_per_call=args.steps_per_call,
-                   devices=args.devices, weights=weights, end_id=args.end_id,
-                   progress=print_progress)
+    print(f"  emitting {model.name}, {plan.request.steps} steps per call", file=sys.stderr)
+    got = generate(model, prompt, args.max_new, devices=args.devices, weights=weights,
+                   end_id=args.end_id, plan=plan, progress=print_progress)
     for b, row in enumerate(got.tokens):
         print(f"row {b}: {' '.join(str(int(t)) for t in row)}")
     same = bool((got.tokens == want).all())

@@ -60,6 +60,11 @@ def _check_length(model, prompt: np.ndarray, max_new: int, end_id: int = -1) -> 
         raise CheckError(f"max_new={max_new!r} must be a positive integer",
                          path="generate.max_new", hint="ask for at least one new token")
     room = model.max_seq_len - prompt.shape[1]
+    if room < 1:
+        raise CheckError(f"a prompt of {prompt.shape[1]} ids leaves no room for a new token: "
+                         f"{model.name} holds max_seq_len={model.max_seq_len} positions",
+                         path="generate.prompt_ids",
+                         hint=f"give prompts of at most {model.max_seq_len - 1} ids")
     if max_new > room:
         raise CheckError(f"a prompt of {prompt.shape[1]} ids plus {max_new} new tokens exceeds "
                          f"max_seq_len={model.max_seq_len}", path="generate.max_new",
@@ -75,6 +80,24 @@ def prefill(model, weights, prompt: np.ndarray):
     return np.asarray(logits)[:, -1].argmax(-1).astype(np.int32), caches
 
 
+def plan_for(model, prompt_ids, max_new: int, *, steps_per_call: "int | str" = "auto",
+             devices: int = 1, end_id: int = -1):
+    """The plan ``generate`` runs: ``steps_per_call`` steps per call ("auto":
+    the planner's N, but no more than the tokens left after the prefill's)."""
+    from megakernel.compiler.pipeline import plan_model
+
+    prompt = prompt_array(prompt_ids, model.vocab_size)
+    _check_length(model, prompt, max_new, end_id)
+    b, p = prompt.shape
+    if steps_per_call == "auto":
+        plan = plan_model(model, devices=devices, batch=b, steps="auto", context=p)
+        if plan.request.steps <= max(max_new - 1, 1):
+            return plan
+        steps_per_call = max(max_new - 1, 1)
+    return plan_model(model, devices=devices, batch=b, steps=steps_per_call,
+                      context=min(p, model.max_seq_len - steps_per_call))
+
+
 def generate(model, prompt_ids, max_new: int, *, steps_per_call: "int | str" = "auto",
              devices: int = 1, weights=None, seed: int = 0, end_id: int = -1, interpret=None,
              plan=None, progress=None) -> Generated:
@@ -82,21 +105,13 @@ def generate(model, prompt_ids, max_new: int, *, steps_per_call: "int | str" = "
     from megakernel.backends.pallas_tpu.codegen import load
     from megakernel.backends.pallas_tpu.check.against_reference import KernelRunner, make_mesh
     from megakernel.backends.pallas_tpu.check.multistep import call
-    from megakernel.compiler.pipeline import plan_model
     from megakernel.models.weights import init_weights
 
     prompt = prompt_array(prompt_ids, model.vocab_size)
     _check_length(model, prompt, max_new, end_id)
     b, p = prompt.shape
-    if plan is None and steps_per_call == "auto":
-        # the planner's N, but no more steps than the tokens left after the prefill's
-        plan = plan_model(model, devices=devices, batch=b, steps="auto", context=p)
-        if plan.request.steps > max(max_new - 1, 1):
-            steps_per_call = max(max_new - 1, 1)
-            plan = None
     if plan is None:
-        plan = plan_model(model, devices=devices, batch=b, steps=steps_per_call,
-                          context=min(p, model.max_seq_len - steps_per_call))
+        plan = plan_for(model, prompt, max_new, steps_per_call=steps_per_call, devices=devices)
     n = plan.request.steps
     weights = weights if weights is not None else init_weights(model, seed)
     if interpret is None and jax.default_backend() != "tpu":

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from megakernel.errors import CheckError
+from megakernel.testing.hf_expected import load_expected
 from megakernel.testing.kernel_cache import kernel_module as _kernel_module
 
 
@@ -37,7 +39,7 @@ def check_hf_fixture(folder, *, devices: int = 1, overrides=None,
     folder = Path(folder)
     model = build(from_hf(folder, dtype="float32"))
     weights = load_checkpoint(folder, model)
-    exp = np.load(folder / "expected.npz")
+    exp = load_expected(folder, model)
     b, t0 = exp["prefill_ids"].shape
     steps = [("prefill", exp["prefill_ids"], 0, exp["logits_prefill"])] + [
         (f"decode_{i}", exp[f"decode_ids_{i}"], t0 + i - 1, exp[f"logits_decode_{i}"])
@@ -82,8 +84,20 @@ def _gdn_state_error(caches, exp, step: str) -> float:
     in both."""
     err, i = 0.0, 0
     while f"recurrent_state_{i}_{step}" in exp:
+        if f"layers.{i}.gdn.recurrent" not in caches:
+            raise CheckError(f"holds recurrent_state_{i}_{step}, but layer {i} has no Gated "
+                             "DeltaNet state", path="expected.npz",
+                             hint="write the fixture again from this config.json")
         conv = np.concatenate([np.asarray(caches[f"layers.{i}.gdn.hist_{p}"], np.float32)
                                for p in "qkv"], axis=-1).transpose(0, 2, 1)
+        for key, want in ((f"conv_state_{i}_{step}", (*conv.shape[:2], conv.shape[2] + 1)),
+                          (f"recurrent_state_{i}_{step}",
+                           np.shape(caches[f"layers.{i}.gdn.recurrent"]))):
+            if key not in exp or exp[key].shape != tuple(want):
+                raise CheckError(f"{key}: expected shape {list(want)}, found "
+                                 f"{list(exp[key].shape) if key in exp else 'none'}",
+                                 path="expected.npz",
+                                 hint="write the fixture again from this config.json")
         err = max(err, float(np.max(np.abs(conv - exp[f"conv_state_{i}_{step}"][:, :, 1:]))),
                   float(np.max(np.abs(np.asarray(caches[f"layers.{i}.gdn.recurrent"])
                                       - exp[f"recurrent_state_{i}_{step}"]))))

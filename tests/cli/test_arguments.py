@@ -1,6 +1,7 @@
 """Bad command-line arguments are named errors, exit 2, no traceback, and any
 error prints in bounded time (issue 9)."""
 
+import contextlib
 import re
 import time
 
@@ -86,3 +87,59 @@ def test_a_huge_error_prints_in_bounded_time(message, capsys, monkeypatch):
     # Cut by the error itself (errors.shown caps every message) or, failing
     # that, by the printer; either way the reader is told how much was cut.
     assert re.search(r"(\d[\d,]* more characters not shown|\(20,000,000 chars\))", err), err[-300:]
+
+
+def test_ctrl_c_while_parsing_arguments_prints_one_line(capsys, monkeypatch):
+    """Ctrl-C before the command starts (here inside an argument's type) is
+    the same one line and exit 130 as during a command (issue 33)."""
+    from megakernel.cli import args as cli_args
+
+    def interrupted(text):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_args, "devices", interrupted)
+    code, err = run(["plan", "tiny-dense", "--devices", "2"], capsys)
+    assert code == 130, err
+    assert "interrupted by SIGINT" in err and "Traceback" not in err
+
+
+def test_a_closed_pipe_ends_quietly(capsys, monkeypatch):
+    """`megakernel plan ... | head -1`: the reader left; no error line, exit
+    141 as SIGPIPE gives (issue 33: 'error: [Errno 32] Broken pipe', exit 2)."""
+    import io
+    import os
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)                        # the reader is gone: writes fail with EPIPE
+    pipe = io.TextIOWrapper(io.FileIO(w, "w"))
+    monkeypatch.setattr(sys, "stdout", pipe)
+    try:
+        code, err = run(["plan", "tiny-dense", "--json"], capsys)
+    finally:
+        monkeypatch.undo()
+        with contextlib.suppress(OSError):
+            pipe.close()
+    assert code == 141, err
+    assert "error" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--steps", "1000000"], "reach position 1000002, past the max_seq_len=512 positions of "
+                             "tiny-dense (give --steps at most 509)"),
+    (["--batch", "4", "--steps", "600"], "the last of 4 rows starting 3 positions later, "
+                                         "reach position 605"),
+    (["--batch", "600"], "(give --batch at most 508)"),
+])
+def test_check_refuses_positions_past_max_seq_len_before_it_starts(argv, needle, capsys,
+                                                                   monkeypatch):
+    """Issue 33: --steps 1000000 ran unbounded, and steps past max_seq_len were
+    reported as a kernel FAIL."""
+    from megakernel.backends.pallas_tpu.check import kernel_check
+
+    def started(*a, **k):
+        raise AssertionError("the check started")
+
+    monkeypatch.setattr(kernel_check, "check", started)
+    code, err = run(["check", "tiny-dense"] + argv, capsys)
+    assert code == 2 and needle in err, err

@@ -66,3 +66,43 @@ def test_plan_and_generate_take_the_planners_steps_per_call(capsys):
     with pytest.raises(SystemExit):
         main(["plan", "tiny-dense", "--steps-per-call", "many"])
     assert "give an integer in 1..128, or auto" in capsys.readouterr().err
+
+
+@pytest.mark.slow   # 25 s on 2 cores: a kernel emitted and interpreted twice
+def test_generate_with_one_step_per_call(capsys):
+    """A one-step kernel has no stop-rule operands (issue 33: KeyError
+    'end_id'): 3 tokens in 2 calls of 1 step, matching the reference."""
+    code = main(["generate", "tiny-dense", "--prompt-ids", "1,2,3", "--max-new", "3",
+                 "--steps-per-call", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "MATCH: 2 kernel call(s) of 1 steps" in out, out
+
+
+def test_auto_takes_one_step_when_one_token_is_left():
+    """--max-new 2 leaves one token after the prefill's: auto plans 1 step."""
+    from megakernel.cli.generation import plan_for
+    from megakernel.models import zoo
+
+    assert plan_for(zoo.model("tiny-dense"), [[1, 2, 3]], 2).request.steps == 1
+
+
+def test_a_prompt_longer_than_max_seq_len_says_so(capsys):
+    ids = ",".join(["1"] * 600)          # tiny-dense holds 512 positions
+    code = main(["generate", "tiny-dense", "--prompt-ids", ids, "--max-new", "1"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "a prompt of 600 ids leaves no room" in err, err
+    assert "at most 511 ids" in err and "-8" not in err
+
+
+def test_generate_plans_before_decoding_the_reference(capsys, monkeypatch):
+    """A plan the cores refuse is refused before any reference decoding."""
+    from megakernel.cli import generation
+
+    def decoded(*a, **k):
+        raise AssertionError("the reference decoded before planning")
+
+    monkeypatch.setattr(generation, "reference_greedy", decoded)
+    code = main(["generate", "tiny-moe", "--prompt-ids", "1,2", "3,4", "--max-new", "4",
+                 "--devices", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot be split evenly over 3" in err, err

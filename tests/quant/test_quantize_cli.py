@@ -3,6 +3,8 @@ compile writes a folder whose model carries the formats, errors name the flag.""
 
 import pytest
 
+from megakernel import formats
+
 from tests.cli.helpers import run
 
 
@@ -43,3 +45,41 @@ def test_bad_quantize_flags_are_named(flag, needle, capsys):
     code, _, err = run("plan", "tiny-moe", "--quantize", flag, capsys=capsys)
     assert code == 2
     assert needle in " ".join(err.split())
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["experts=int8"], "--quantize.experts: tiny-dense has no experts weights (a MoE layer's"),
+    (["attention=int8"], "tiny-dense has no attention weights (an MLA layer's"),
+    (["attention=int8"], "other attention projections are dense"),
+    (["dense=int8", "dense=int4_g32"], "dense is given twice (dense=int8, then dense=int4_g32)"),
+])
+def test_quantize_names_a_kind_the_model_has_once(flags, needle, capsys):
+    """Issue 33: these were accepted silently (the first two even changed the
+    plan digest) or spoke of the MLA library to a model without MLA."""
+    argv = ["plan", "tiny-dense"] + [a for f in flags for a in ("--quantize", f)]
+    code, _, err = run(*argv, capsys=capsys)
+    assert code == 2 and needle in " ".join(err.split()), err
+
+
+def test_the_kinds_help_offers_are_accepted(capsys):
+    """Every kind --help names as an example plans (lm_head was offered, then refused)."""
+    import re
+
+    with pytest.raises(SystemExit):
+        run("plan", "--help", capsys=capsys)
+    text = " ".join(capsys.readouterr().out.split())
+    offered = re.search(r"store a weight kind \(([^)]*)\)", text).group(1)
+    kinds = [k for k in re.findall(r"[a-z_]+", offered) if k in formats.KINDS]
+    assert kinds == ["dense", "experts"], offered
+    for kind in kinds:
+        code, _, err = run("plan", "tiny-moe", "--quantize", f"{kind}=int8",
+                           "--steps-per-call", "1", capsys=capsys)
+        assert code == 0, err
+
+
+def test_a_model_too_big_for_its_cores_is_offered_a_format(capsys):
+    """kimi-k2 fits 16 cores only with MXFP4 experts (docs/formats.md): the
+    refusal says so."""
+    code, _, err = run("plan", "kimi-k2", "--devices", "16", capsys=capsys)
+    err = " ".join(err.split())
+    assert code == 2 and "--quantize experts=mxfp4" in err and "even split" not in err, err

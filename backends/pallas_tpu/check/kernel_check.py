@@ -16,6 +16,31 @@ from megakernel.backends.pallas_tpu.check.multistep import check_steps
 from megakernel.models import reference
 
 
+def check_positions(model, plan, steps: int, prompt: int = 3) -> None:
+    """Refuse a check whose positions would pass ``max_seq_len``: a ``prompt``
+    of positions, then row b of the batch starting b positions later and each
+    step advancing ``tokens`` positions (one call of N steps for a multi-step
+    plan, whatever ``steps``)."""
+    from megakernel.errors import CheckError
+
+    b, t, n = plan.request.batch, plan.request.tokens, plan.request.steps
+    steps, t = (n, 1) if n > 1 else (steps, t)
+    room = model.max_seq_len - prompt - (b - 1)     # positions the last row may use
+    if steps * t <= room:
+        return
+    what = f"{n} steps in one call" if n > 1 else f"{steps} step(s) of {t} token(s)"
+    rows = f", the last of {b} rows starting {b - 1} positions later," if b > 1 else ""
+    fits = [f"--steps-per-call at most {room}" if n > 1 else f"--steps at most {room // t}"
+            ] if room >= t else []
+    most_rows = model.max_seq_len - prompt - steps * t + 1
+    fits += [f"--batch at most {most_rows}"] if b > 1 and most_rows >= 1 else []
+    raise CheckError(f"{what} after a {prompt}-token prompt{rows} reach position "
+                     f"{prompt + b - 1 + steps * t - 1}, past the max_seq_len="
+                     f"{model.max_seq_len} positions of {model.name}", path="check.steps",
+                     hint="give " + " or ".join(fits) if fits else
+                     "check a model with a longer max_seq_len")
+
+
 def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, out_dir=None,
           interpret=None, prompt: int = 3, multistep: dict | None = None) -> CheckResult:
     """Run ``steps`` decode steps of the kernel against the reference; a
@@ -24,6 +49,7 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
     from megakernel.backends.pallas_tpu.codegen.load import compile_model
     from megakernel.backends.pallas_tpu.codegen import load
 
+    check_positions(model, plan, steps, prompt)
     if module is None and out_dir is None:
         import tempfile
 

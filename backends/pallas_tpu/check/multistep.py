@@ -28,6 +28,14 @@ def call(runner, tokens, start_pos, *, end_id: int = -1, limit=None):
     if limit is None:
         limit = np.full((b,), model.max_seq_len, np.int32)
     ops = {o.name: o for o in runner.ops}
+    if "end_id" not in ops:
+        # A one-step kernel has no stop-rule operands (compiler/plan_operands.py):
+        # its one step runs for every row, and a row already at its limit
+        # outputs end_id as the stop rule says, though its state advances.
+        nxt, logits = runner.step(np.asarray(tokens, np.int32).reshape(b, 1), start_pos)
+        stopped = np.asarray(start_pos).reshape(-1) >= np.asarray(limit).reshape(-1)
+        got = np.where(stopped[:, None], end_id, nxt).astype(np.int32)
+        return got, None if logits is None else logits[:, 0]
     values = {"tokens": np.asarray(tokens, np.int32).reshape(-1),
               "start_pos": np.asarray(start_pos, np.int32).reshape(-1),
               "end_id": np.asarray([end_id], np.int32),
