@@ -35,16 +35,16 @@ _MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 def _identifier(name: str) -> str:
     # fullmatch, not `^...$`: `$` also matches before a trailing newline.
     if not _IDENT.fullmatch(name):
-        raise ValueError("expected a name of ASCII letters, digits and _, not starting "
-                         "with a digit")
+        # A noun phrase: the error reads "expected <this>, found <value>".
+        raise ValueError("a name of ASCII letters, digits and _, not starting with a digit")
     if keyword.iskeyword(name) or (name.startswith("__") and name.endswith("__")):
-        raise ValueError("a Python keyword or dunder name cannot name anything here")
+        raise ValueError("a name that is not a Python keyword or a __dunder__ name")
     return name
 
 
 def _model_name(name: str) -> str:
     if not _MODEL_NAME.fullmatch(name):
-        raise ValueError("expected a name of ASCII letters, digits, '-', '.' and _, "
+        raise ValueError("a name of ASCII letters, digits, '-', '.' and _, "
                          "starting with a letter or _")
     _identifier(name.replace("-", "_").replace(".", "_"))
     return name
