@@ -13,6 +13,7 @@ path, what was expected and what was found (docs/validation.md).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import keyword
 import re
@@ -174,8 +175,11 @@ def ir_error(err: ValidationError, names: tuple[str, ...], what: str,
         else:
             problems.append(_problem(e, path))
     for parent, keys in unknown.items():
-        problems.insert(0, (parent, f"unknown fields {sorted(keys)}" + _known(names, parent, what),
-                            "remove them or correct their spelling"))
+        guesses = _guesses(keys, (*names, *missing.get(parent, ())) if not parent else
+                           missing.get(parent, ()))
+        text = f"unknown fields {sorted(keys)}" + (f" (did you mean {guesses}?)" if guesses
+                                                  else _known(names, parent, what))
+        problems.insert(0, (parent, text, "remove them or correct their spelling"))
     for parent, keys in missing.items():
         problems.insert(0, (parent, f"missing required fields {sorted(keys)}",
                             "add them (docs/ir.md lists every field)"))
@@ -187,6 +191,15 @@ def ir_error(err: ValidationError, names: tuple[str, ...], what: str,
     listing = "; ".join(f"{p}: {m}" if p else m for p, m, _ in problems[:6])
     more = f"; and {len(problems) - 6} more" if len(problems) > 6 else ""
     return cls(f"{len(problems)} problems: {listing}{more}", hint="fix each listed field")
+
+
+def _guesses(keys: list[str], candidates) -> str:
+    """'a' for 'b', ... for each unknown key with a close known name; "" unless
+    every key has one (then the whole list of known names is the better help)."""
+    pairs = [(difflib.get_close_matches(k, list(candidates), n=1), k) for k in sorted(keys)]
+    if not pairs or not all(close for close, _ in pairs):
+        return ""
+    return ", ".join(f"{close[0]!r} for {k!r}" for close, k in pairs)
 
 
 def _known(names: tuple[str, ...], parent: str, what: str) -> str:
