@@ -15,6 +15,7 @@ PlanningError that names the fixed buffers and the budget.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 from megakernel.compiler import cost
@@ -33,6 +34,8 @@ BANK_OPTIONS = (128 * KiB, 256 * KiB, 512 * KiB, MiB, 2 * MiB, 4 * MiB, 8 * MiB,
 BANK_COUNTS = tuple(range(128, 1, -1))
 SLOT_COUNTS = (2, 3, 4, 6, 8)
 TOLERANCE = 1e-3
+# Memory plans the search keeps (the best so far is among the last evaluated).
+KEPT_PLANS = 4
 
 
 @dataclasses.dataclass
@@ -45,6 +48,23 @@ class _Search:
     seen: dict = dataclasses.field(default_factory=dict)
     fixed: dict = dataclasses.field(default_factory=dict)
     per_bank: dict = dataclasses.field(default_factory=dict)
+    # The memory plans of the last few evaluations only: a plan holds every
+    # stack's buffers, and keeping all of them (one per geometry tried) took
+    # 1.4 GB for a 1,024-layer model with an irregular sliding/full pattern.
+    plans: collections.OrderedDict = dataclasses.field(default_factory=collections.OrderedDict)
+
+    def memory(self, g: Geometry):
+        """The memory plan of evaluated, feasible ``g`` (planned again if dropped)."""
+        if g not in self.plans:
+            self._keep(g, plan_memory(self.model, self.shard, self.target, self.request, g,
+                                      self.specs))
+        return self.plans[g]
+
+    def _keep(self, g: Geometry, memory) -> None:
+        self.plans[g] = memory
+        self.plans.move_to_end(g)
+        while len(self.plans) > KEPT_PLANS:
+            self.plans.popitem(last=False)
 
     def fixed_vmem(self, g: Geometry) -> int:
         """VMEM of everything but the ring (it does not depend on the ring)."""
@@ -74,7 +94,7 @@ class _Search:
         return self.fixed_vmem(g) + ring <= self.target.vmem_budget
 
     def evaluate(self, g: Geometry):
-        """(step ms, vmem bytes, memory plan) or None when infeasible."""
+        """(step ms, vmem bytes) or None when infeasible (``memory(g)``: its plan)."""
         if g in self.seen:
             return self.seen[g]
         if not self.fits(g):
@@ -90,7 +110,8 @@ class _Search:
         plan = schedule_collectives(self.shard, memory, self.specs)
         report = cost.estimate(self.model, self.shard, memory, plan, self.target, self.request,
                                timeline=False)
-        self.seen[g] = (report.step_ms, memory.vmem_total, memory)
+        self._keep(g, memory)
+        self.seen[g] = (report.step_ms, memory.vmem_total)
         return self.seen[g]
 
 
@@ -195,16 +216,16 @@ def choose_geometry(model, shard, target, request, specs, *, rounds: int = 2,
     if best is None:
         _raise_infeasible(model, shard, target, request, specs, opts)
     best_g, best = _constant_banks(search, opts, best_g, best)
-    return best_g, best[2]
+    return best_g, search.memory(best_g)
 
 
 def _constant_banks(search: _Search, opts, best_g, best):
     """The fewest banks of ``best_g``'s size, no fewer than it has, that make
     every tile's bank a constant (when the count is not held fixed), if they
     fit and are within the tolerance of the best time."""
-    if len(opts["num_banks"]) == 1 or best[2].stream.static_banks(search.request.steps):
+    stream = search.memory(best_g).stream
+    if len(opts["num_banks"]) == 1 or stream.static_banks(search.request.steps):
         return best_g, best
-    stream = best[2].stream
     for n in sorted(c for c in opts["num_banks"] if c > best_g.num_banks):
         if not dataclasses.replace(stream, num_banks=n).static_banks(search.request.steps):
             continue

@@ -13,13 +13,16 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from megakernel.errors import IRError
+from megakernel.errors import IRError, shown
 from megakernel.ir import limits
 from megakernel.ir.ops import RopeScaling
 from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
 from megakernel.ir.types import DType
 from megakernel.ir.weight_kinds import Quantize
 from megakernel.registry import Registry
+
+# The format tag of a card file (models/cards.py reads and writes them).
+CARD_FORMAT = "megakernel.card/1"
 
 # The mixer table: a layer_types name -> (layer kind label, block builder
 # (card, builder, residual tensor) -> the residual after the mixer).
@@ -201,11 +204,19 @@ class ModelConfig:
         return "mla" if self.mla is not None else "full_attention"
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The card as a card file holds it, format tag first: ``json.dumps`` of it
+        is a file every command loads."""
+        return {"format": CARD_FORMAT, **dataclasses.asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
-        """The card of ``data``; every unknown, missing or mistyped field is named."""
+        """The card of ``data`` (``format``, when present, must be CARD_FORMAT);
+        every unknown, missing or mistyped field is named."""
         if not isinstance(data, dict):
             raise IRError(f"expected an object, found {json_kind(data)}", path="config")
+        if "format" in data:
+            if data["format"] != CARD_FORMAT:
+                raise IRError(f"format={shown(data['format'])}, expected {CARD_FORMAT!r}",
+                              path="format")
+            data = {k: v for k, v in data.items() if k != "format"}
         return cls(**data)

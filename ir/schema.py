@@ -13,6 +13,7 @@ path, what was expected and what was found (docs/validation.md).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import keyword
 import re
@@ -35,16 +36,16 @@ _MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 def _identifier(name: str) -> str:
     # fullmatch, not `^...$`: `$` also matches before a trailing newline.
     if not _IDENT.fullmatch(name):
-        raise ValueError("expected a name of ASCII letters, digits and _, not starting "
-                         "with a digit")
+        # A noun phrase: the error reads "expected <this>, found <value>".
+        raise ValueError("a name of ASCII letters, digits and _, not starting with a digit")
     if keyword.iskeyword(name) or (name.startswith("__") and name.endswith("__")):
-        raise ValueError("a Python keyword or dunder name cannot name anything here")
+        raise ValueError("a name that is not a Python keyword or a __dunder__ name")
     return name
 
 
 def _model_name(name: str) -> str:
     if not _MODEL_NAME.fullmatch(name):
-        raise ValueError("expected a name of ASCII letters, digits, '-', '.' and _, "
+        raise ValueError("a name of ASCII letters, digits, '-', '.' and _, "
                          "starting with a letter or _")
     _identifier(name.replace("-", "_").replace(".", "_"))
     return name
@@ -174,8 +175,11 @@ def ir_error(err: ValidationError, names: tuple[str, ...], what: str,
         else:
             problems.append(_problem(e, path))
     for parent, keys in unknown.items():
-        problems.insert(0, (parent, f"unknown fields {sorted(keys)}" + _known(names, parent, what),
-                            "remove them or correct their spelling"))
+        guesses = _guesses(keys, (*names, *missing.get(parent, ())) if not parent else
+                           missing.get(parent, ()))
+        text = f"unknown fields {sorted(keys)}" + (f" (did you mean {guesses}?)" if guesses
+                                                  else _known(names, parent, what))
+        problems.insert(0, (parent, text, "remove them or correct their spelling"))
     for parent, keys in missing.items():
         problems.insert(0, (parent, f"missing required fields {sorted(keys)}",
                             "add them (docs/ir.md lists every field)"))
@@ -187,6 +191,15 @@ def ir_error(err: ValidationError, names: tuple[str, ...], what: str,
     listing = "; ".join(f"{p}: {m}" if p else m for p, m, _ in problems[:6])
     more = f"; and {len(problems) - 6} more" if len(problems) > 6 else ""
     return cls(f"{len(problems)} problems: {listing}{more}", hint="fix each listed field")
+
+
+def _guesses(keys: list[str], candidates) -> str:
+    """'a' for 'b', ... for each unknown key with a close known name; "" unless
+    every key has one (then the whole list of known names is the better help)."""
+    pairs = [(difflib.get_close_matches(k, list(candidates), n=1), k) for k in sorted(keys)]
+    if not pairs or not all(close for close, _ in pairs):
+        return ""
+    return ", ".join(f"{close[0]!r} for {k!r}" for close, k in pairs)
 
 
 def _known(names: tuple[str, ...], parent: str, what: str) -> str:

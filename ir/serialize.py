@@ -18,6 +18,7 @@ from pydantic import ConfigDict, Field
 
 from megakernel.errors import IRError, error_context, shown
 from megakernel.ir import limits, sizes
+from megakernel.ir.card import CARD_FORMAT  # noqa: F401 - re-exported
 from megakernel.ir.graph import Layer, Model, OpNode
 from megakernel.ir.jsonfile import parse_json
 from megakernel.ir.ops import RMSNorm, op_from_dict
@@ -26,7 +27,6 @@ from megakernel.ir.types import DType, TensorSpec
 from megakernel.ir.weight_kinds import Quantize
 
 IR_FORMAT = "megakernel.ir/1"
-CARD_FORMAT = "megakernel.card/1"
 
 _STRICT = ConfigDict(extra="forbid")
 

@@ -21,7 +21,7 @@ from megakernel.ir.serialize import CARD_FORMAT
 
 
 def card_to_dict(config: ModelConfig) -> dict[str, Any]:
-    return {"format": CARD_FORMAT, **config.to_dict()}
+    return config.to_dict()   # format tag included
 
 
 def card_from_dict(data: dict[str, Any], *, source: str = "card") -> ModelConfig:

@@ -124,8 +124,11 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
     family = FAMILIES.get(model_type)
     importer = _importers().get(model_type)
     if family is None and importer is None:
-        raise ConfigError(f"model_type={shown(model_type)} is not supported; supported: "
-                          f"{supported()}", path=source)
+        given = data.get("model_type")   # as written: r.get gives None for a non-string
+        what = "is not supported" if given is None or isinstance(given, str) else \
+            "should be a string naming the model family"
+        raise ConfigError(f"model_type={shown(given)} {what}; supported: {supported()}",
+                          path=source)
     if importer is not None:
         fields = importer(r)
     else:

@@ -104,12 +104,13 @@ def _one(r: FieldReader, p: dict, key: str, theta: float | None,
                      high_freq_factor=get("high_freq_factor", 4.0, limits.ROPE_FREQ_FACTOR))
     if kind == "yarn":
         scale.update(_yarn(r, p, pre, scale, get))
+    # Only keys that are absent: a given but bad value was reported by r.get already.
     missing = [hf for k, hf in (("factor", "factor"), ("original_max_position",
                                                        "original_max_position_embeddings"))
-               if k in scale and scale[k] is None]
+               if k in scale and scale[k] is None and p.get(hf) is None]
     for hf in missing:
         r.problem(pre + hf, "is required but missing")
-    if missing:
+    if any(scale[k] is None for k in ("factor", "original_max_position") if k in scale):
         return out
     out["rope_scaling"] = scale
     return out

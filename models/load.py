@@ -10,6 +10,7 @@ lists what is accepted.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from pathlib import Path
 
 from megakernel.errors import IRError, error_context, shown
@@ -42,6 +43,11 @@ def load_model(source: str | Path, *, dtype: str | None = None) -> Model:
     elif kind == "file":
         model = _from_json_file(path, dtype)
     else:
+        close = difflib.get_close_matches(text, zoo.names(), n=1)
+        if close:   # a near miss of a zoo name: say which, not the whole list
+            raise IRError(f"{shown(text)} is neither a zoo name nor an existing file or "
+                          f"folder with a config.json; did you mean {close[0]!r}?",
+                          path="load", hint="`megakernel list` shows every zoo model")
         raise IRError(f"{shown(text)} is neither a zoo name nor an existing file or folder "
                       "with a config.json", path="load", hint=f"give {_accepted()}")
     if dtype is not None:

@@ -31,6 +31,7 @@ VERIFIED = ("kernel.py", "plan.json", "model.json", "request.json")
 # No file compile writes comes near this (qwen3-30b-a3b's plan.json is well under
 # 1 MiB); reading a larger one would only spend memory on a file we refuse anyway.
 MAX_FILE_BYTES = 64 * 2**20
+_UNPARSED = "(kernel.py does not parse)"
 _FIX = "recompile it with `megakernel compile MODEL -o {d}`"
 
 
@@ -242,7 +243,44 @@ def open_compiled(folder, *, trust_edited: bool = False) -> Compiled:
     if not agrees:
         raise ArtifactError("model.json or request.json disagrees with plan.json", path=str(d),
                             hint=_FIX.format(d=d))
+    _check_ties(d, manifest, plan, data["kernel.py"])
     return Compiled(d, model, plan, edited)
+
+
+def _check_ties(folder: Path, manifest: dict, plan, kernel: bytes) -> None:
+    """The manifest's model and plan fields and the kernel's own PLAN_DIGEST all
+    name plan.json's plan. The kernel is read as text (``kernel_digest``), never
+    imported: a kernel.py from another compile is refused before it runs."""
+    digest = plan.digest()
+    for field, want in (("model", plan.model.name), ("plan", digest)):
+        if manifest.get(field) != want:
+            raise ArtifactError(f"manifest.json: {field}={_show(manifest.get(field))}, but "
+                                f"plan.json is of {field} {want!r}", path=str(folder),
+                                hint=_FIX.format(d=folder))
+    found = kernel_digest(kernel)
+    # A kernel.py that does not parse is left to the import, which names the line.
+    if found is not _UNPARSED and found != digest:
+        raise ArtifactError(f"kernel.py was generated for plan {_show(found)}, not for "
+                            f"plan.json's plan {digest!r}: it comes from another compile",
+                            path=str(folder), hint=_FIX.format(d=folder))
+
+
+def kernel_digest(source: bytes) -> str | None:
+    """The ``PLAN_DIGEST = "..."`` string a generated kernel.py assigns at top
+    level, read with ``ast`` (nothing in the file runs); None without one,
+    ``_UNPARSED`` when the file is not Python."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return _UNPARSED
+    for stmt in tree.body:
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == "PLAN_DIGEST"
+                and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+            return stmt.value.value
+    return None
 
 
 def _request(folder: Path, req) -> dict:

@@ -22,6 +22,7 @@ from megakernel.cli import args as cli_args
 from megakernel.cli import interrupts
 from megakernel.cli.calibrate import _calibrate_args, cmd_calibrate
 from megakernel.cli.generate import _generate_args, cmd_generate
+from megakernel.cli.listing import cmd_list, list_args, show_args
 from megakernel.errors import MegakernelError
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -32,7 +33,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 def cmd_show(args) -> int:
     from megakernel.models.show import describe
 
-    print(describe(cli_args.load(args.model)))
+    print(describe(cli_args.cut_layers(cli_args.load(args.model), args.layers)))
     return 0
 
 
@@ -265,6 +266,7 @@ def _demo_args(p) -> None:
 
 
 COMMANDS = {
+    "list": (cmd_list, "list the zoo's models: family, layers, parameters", ["megakernel list"]),
     "show": (cmd_show, "print layers, stacks, shapes, parameter count and bytes",
              ["megakernel show tiny-moe", "megakernel show path/to/config.json"]),
     "plan": (cmd_plan, "print the plan report: buffers, VMEM, ring, collectives, modeled time",
@@ -302,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_examples([ex for _, _, exs in COMMANDS.values() for ex in exs[:1]]),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (fn, help_text, examples) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text,
@@ -317,7 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 ADD_ARGS: dict = {"plan": _plan_json_args, "compile": _compile_args, "check": _check_args,
                   "aot": _aot_args, "demo": _demo_args, "generate": _generate_args,
-                  "calibrate": _calibrate_args}
+                  "calibrate": _calibrate_args, "list": list_args, "show": show_args}
+
+
+def _version() -> str:
+    from megakernel.cli.artifact import version
+
+    return f"megakernel {version()}"
 
 
 # An error message is cut to this many characters: textwrap.fill takes time

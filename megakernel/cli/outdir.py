@@ -4,7 +4,8 @@
 (``.NAME.partial-XXXXXXXX``) to fill. When the block ends normally the sibling
 is renamed to ``out``; when it raises, or SIGINT or SIGTERM arrives (see
 ``interrupts``), the sibling and any parent folders it created are removed and
-``out`` is left as it was.
+``out`` is left as it was. A sibling left by a compile that was killed
+(SIGKILL) is removed by the next compile to the same ``out`` (``partials``).
 
 ``out`` may be absent, an empty folder, or a previous output that ``owned``
 accepts (it returns the names in it, all of which we wrote, or raises
@@ -27,7 +28,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from megakernel.cli import interrupts
+from megakernel.cli import interrupts, partials
 from megakernel.errors import MegakernelError
 
 # The siblings' names add at most this many bytes to the output's name:
@@ -94,6 +95,12 @@ def check_target(out: str) -> Path:
                       "give the folder itself, or a new folder")
     if target.exists() and not target.is_dir():
         raise _refuse(out, "it is a file, not a folder", "give a folder path")
+    for above in target.parents:
+        if os.path.lexists(above):
+            if not above.is_dir():
+                raise _refuse(out, f"{above} is a file, not a folder, so nothing can be "
+                              "created inside it", "give a folder path")
+            break
     return target
 
 
@@ -122,18 +129,21 @@ def _make_parents(folder: Path, created: list[Path]) -> None:
         created.append(f)
 
 
-def _make_sibling(target: Path, out: str) -> Path:
-    """A new, empty hidden folder next to ``target``, made by us."""
+def _make_sibling(target: Path, out: str, locks: list[int]) -> Path:
+    """A new, empty hidden folder next to ``target``, made and locked by us (its
+    lock's descriptor appended to ``locks``; see ``partials``)."""
     while True:
         path = _sibling(target, "partial")
         try:
             os.mkdir(path)
+            locks.append(partials.lock(path))
             return path
         except FileExistsError:
             continue   # someone took the name since we looked: never reuse theirs
         except OSError as err:
-            raise OutputError(f"cannot create {path}: {err.strerror}", path=f"-o {out}",
-                              hint="give -o a folder you can write to") from None
+            # The user's path, not our hidden sibling's name, which they never gave.
+            raise OutputError(f"cannot create the folder {target}: {err.strerror}",
+                              path=f"-o {out}", hint="give -o a folder you can write to") from None
 
 
 def _remove_empty(folders: list[Path]) -> None:
@@ -151,11 +161,14 @@ def staged(out: str, owned: Callable[[Path], list[str]]) -> Iterator[Path]:
         owned(target)          # refuse someone else's folder before any work is done
     created: list[Path] = []
     made: list[Path] = []
+    locks: list[int] = []
 
     def cleanup():   # safe at any point, and twice: removes only what we made
         for tmp in made:
             shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(created)
+        while locks:
+            partials.release(locks.pop())
 
     # A signal while the folder is filled removes it and exits (interrupts.py).
     with interrupts.exit_on_signal(cleanup):
@@ -163,12 +176,14 @@ def staged(out: str, owned: Callable[[Path], list[str]]) -> Iterator[Path]:
             # Held, so no interrupt lands between making a folder and noting it.
             with interrupts.held():
                 _make_parents(target.parent, created)
-                made.append(_make_sibling(target, out))
+                partials.sweep(target)   # what a killed compile left here
+                made.append(_make_sibling(target, out, locks))
             yield made[0]
             interrupts.checkpoint()   # an interrupt the work swallowed: publish nothing
             with interrupts.held():
                 _publish(made[0], target, out, owned)
                 made.clear()
+                cleanup()             # only the lock is left to release
         except BaseException:
             with interrupts.held():
                 cleanup()

@@ -8,6 +8,7 @@ models ``max_seq_len`` is the serving context the KV caches are sized for
 
 from __future__ import annotations
 
+import difflib
 import functools
 from pathlib import Path
 
@@ -28,7 +29,9 @@ def names() -> list[str]:
 def card(name: str) -> ModelConfig:
     """The card of zoo model ``name``; its ``name`` field equals the file name."""
     if name not in names():
-        raise IRError(f"no zoo model {name!r}; known: {names()}", path="zoo")
+        close = difflib.get_close_matches(name, names(), n=1)
+        known = f"did you mean {close[0]!r}?" if close else f"known: {names()}"
+        raise IRError(f"no zoo model {name!r}; {known}", path="zoo")
     config = read_card(_DIR / f"{name}.json")
     if config.name != name:
         raise IRError(f"card is named {config.name!r}, expected {name!r}",

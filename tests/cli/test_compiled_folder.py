@@ -155,3 +155,42 @@ def test_a_folder_compiled_with_overrides_checks_from_its_own_plan(tmp_path, cap
     code, text, err = run("check", str(out), "--steps", "1", capsys=capsys)
     assert code == 0 and text.startswith("PASS"), err
     assert "NUM_BANKS = 3" in (out / "kernel.py").read_text()
+
+
+def _set_manifest(folder, **fields):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest.update(fields)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("field, value", [("model", "qwen3-8b"), ("plan", "0" * 16)])
+def test_manifest_model_and_plan_must_name_plan_json(field, value, folder, capsys):
+    _set_manifest(folder, **{field: value})
+    code, _, err = run("aot", str(folder), capsys=capsys)
+    assert code == 2 and f"manifest.json: {field}={value!r}" in err, err
+
+
+@pytest.mark.parametrize("command", ["check", "aot"])
+def test_a_kernel_from_another_compile_is_refused_before_it_runs(command, folder, tmp_path,
+                                                                   capsys):
+    """kernel.py of another plan (batch 2), with the manifest's digest recomputed
+    so it looks unedited: its PLAN_DIGEST is read as text and refused; the
+    appended raise proves nothing in it ran."""
+    other = tmp_path / "batch2"
+    assert main(["compile", "tiny-dense", "--layers", "1", "--batch", "2",
+                 "--steps-per-call", "1", "-o", str(other)]) == 0
+    capsys.readouterr()
+    text = (other / "kernel.py").read_text() + "\nraise RuntimeError('the foreign kernel ran')\n"
+    (folder / "kernel.py").write_text(text)
+    files = json.loads((folder / "manifest.json").read_text())["files"]
+    _set_manifest(folder, files={**files, "kernel.py": artifact.sha256(folder / "kernel.py")})
+    code, _, err = run(command, str(folder), capsys=capsys)
+    assert code == 2, err
+    assert "kernel.py was generated for plan" in err and "another compile" in err, err
+    assert "foreign kernel ran" not in err
+
+
+def test_the_kernel_digest_is_read_without_running_the_file():
+    source = b"import os\nos.system('false')\nPLAN_DIGEST = \"abc\"\n"
+    assert artifact.kernel_digest(source) == "abc"
+    assert artifact.kernel_digest(b"X = 1\n") is None
