@@ -65,6 +65,7 @@ class Attention(Op):
     denominator only, ``p_j = e^s_j / (sum_k e^s_k + e^sink)`` (gpt-oss)."""
 
     kind: ClassVar[str] = "attention"
+    LIBRARY: ClassVar[str | None] = "attention"
     STATE_ACCESS: ClassVar[frozenset[str]] = frozenset({APPEND})
     num_q_heads: Heads
     num_kv_heads: Heads

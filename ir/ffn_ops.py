@@ -63,6 +63,7 @@ class MoE(Op):
     """
 
     kind: ClassVar[str] = "moe"
+    LIBRARY: ClassVar[str | None] = "moe"
     hidden: Dim
     num_experts: Int(1, limits.MAX_EXPERTS)
     top_k: Int(1, limits.MAX_EXPERTS)

@@ -36,6 +36,11 @@ class Op:
     # tables a kind needs without building one (tests/test_registry.py holds
     # every zoo op's ``state`` to it).
     STATE_ACCESS: ClassVar[frozenset[str]] = frozenset()
+    # The name of the kind's kernel library (backends/pallas_tpu/kernels/<LIBRARY>.py)
+    # and of its geometry record; None for kinds computed on values. Start-up
+    # checks read from it which kinds need a geometry record and a library
+    # import, under that name (tests/compiler hold each BUFFERS rule to it).
+    LIBRARY: ClassVar[str | None] = None
     # Errors name the op (``layers.0.attention``); the message names the field.
     FLAT_ERRORS: ClassVar[bool] = True
 

@@ -238,6 +238,15 @@ REFERENCE.register("rope")(lambda n, p, xs, ctx: rope(n.op, xs[0], ctx.positions
 REFERENCE.register("attention")(lambda n, p, xs, ctx: attention(n.op, *xs, ctx, n.name, p))
 REFERENCE.register("mlp")(lambda n, p, xs, ctx: mlp(n.op, p, xs[0]))
 REFERENCE.register("moe")(lambda n, p, xs, ctx: moe(n.op, p, xs[0], ctx.margins))
+
+# How far a bf16 all-reduce wire may move a model's logits and state from the
+# reference (relative to 1 + the largest reference value), for kinds whose
+# numerics amplify the wire's rounding beyond the attention models' measured
+# bound (backends/pallas_tpu/check/against_reference.py, WIRE_TOL): op kind ->
+# that bound, registered with the kind's reference function from what was
+# measured. A model's check takes the largest bound of its kinds.
+WIRE_TOLERANCE: Registry[float] = Registry("bf16-wire tolerance", "models/kind_*.py",
+                                           per_op_kind=False)
 REFERENCE.register("add")(lambda n, p, xs, ctx: xs[0] + xs[1])
 
 

@@ -20,7 +20,7 @@ import jinja2
 from megakernel.backends.pallas_tpu.codegen import declare
 from megakernel.backends.pallas_tpu.codegen import prologue_epilogue as frame
 from megakernel.backends.pallas_tpu.codegen import operands as pack
-from megakernel.backends.pallas_tpu.codegen.declare import literal
+from megakernel.backends.pallas_tpu.codegen.declare import LIBRARIES, literal
 from megakernel.backends.pallas_tpu.codegen.emitters import EMITTERS, v  # noqa: F401 - kind modules' names
 from megakernel.compiler import layout
 from megakernel.compiler.shard_formats import scale_name
@@ -197,6 +197,10 @@ def _rope(c: StackCtx, n) -> list[str]:
     return [f"{v(n.outputs[0])} = rt.rope({v(n.inputs[0])}, pos, {table}[...], "
             f"heads={literal(heads)}, head_dim={literal(op.head_dim)}, "
             f"rotary_dim={literal(op.rotary_dim)}{extra})"]
+
+
+LIBRARIES.register("attention")("attn_lib")
+LIBRARIES.register("moe")("moe_lib")
 
 
 @EMITTERS.register("attention")
