@@ -198,10 +198,10 @@ VALUES_SPILLED = 0.1
 # repetitions (ir.graph.Stack.runs) holds more values for some kinds in the
 # run's layers: op kind -> the bytes charged once when any looped run holds
 # one (the largest of them), registered with the kind's other compiler rules
-# from what was measured (the dense MLP's in compiler/plan_buffers.py). A kind
+# from what was measured (the dense MLP's in compiler/kind_mlp.py). A kind
 # without a rule was measured to add none (MoE) or has no looped run measured.
-RUN_LOOP_VALUES: Registry = Registry("run-loop values", "compiler/plan_buffers.py or a "
-                                     "compiler/kind_*.py module", per_op_kind=False)
+RUN_LOOP_VALUES: Registry = Registry("run-loop values", "compiler/kind_*.py",
+                                     per_op_kind=False)
 
 
 def values_bytes(bank_bytes: int, max_pieces: int, peak: int, *, run_loop_values: int) -> int:
