@@ -1,5 +1,5 @@
 """Sharding, buffer, cost, constant and multi-step rules of attention and
-rotary embedding (ir/attention_ops.py).
+rotary embedding (ir/kind_attention.py).
 
 Sharding: query heads split evenly over the cores, KV heads split too or, when
 there are fewer than cores, each replicated onto a group of cores; rope (and

@@ -1,4 +1,4 @@
-"""Sharding, buffer, cost and constant rules of the dense MLP (ir/ffn_ops.py).
+"""Sharding, buffer, cost and constant rules of the dense MLP (ir/kind_mlp.py).
 
 Sharding: the intermediate width split over the cores (gate and up by
 columns, down by rows), so the output is a partial sum the next reader's

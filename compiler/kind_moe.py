@@ -1,4 +1,4 @@
-"""Sharding, buffer, cost and constant rules of mixture of experts (ir/ffn_ops.py).
+"""Sharding, buffer, cost and constant rules of mixture of experts (ir/kind_moe.py).
 
 Sharding: experts over ``ep`` groups of cores and each expert's intermediate
 width over the ``cores // ep`` cores of a group (the plan's ``moe_parallel``

@@ -1,5 +1,5 @@
 """Reference function and weight init of attention and rotary embedding
-(ir/attention_ops.py): causal grouped-query attention over the K/V cache,
+(ir/kind_attention.py): causal grouped-query attention over the K/V cache,
 written from the published equations, the new rows written into the cache
 first (``rope`` itself is reference.py's, which MLA's reference shares).
 """

@@ -1,4 +1,4 @@
-"""Reference function and weight init of the dense MLP (ir/ffn_ops.py)."""
+"""Reference function and weight init of the dense MLP (ir/kind_mlp.py)."""
 
 from __future__ import annotations
 

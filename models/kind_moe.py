@@ -1,4 +1,4 @@
-"""Reference function and weight init of mixture of experts (ir/ffn_ops.py):
+"""Reference function and weight init of mixture of experts (ir/kind_moe.py):
 the router (softmax or sigmoid scores, correction bias, DeepSeek's groups),
 then every expert on every row combined with the router's weights, plus the
 shared experts; ``route`` records each row's routing margin for the checks'
