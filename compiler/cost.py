@@ -219,45 +219,13 @@ class _NodeCost:
 
 
 # One rule per op kind: (ctx, node, phase fields of its ring tiles) -> phase fields.
-COST: Registry = Registry("cost", "compiler/cost.py")
+COST: Registry = Registry("cost", "compiler/kind_*.py (linear, add: compiler/cost.py)")
 
 
-@COST.register("linear", "mlp", "rmsnorm", "rope", "add")
+@COST.register("linear", "add")
 def vector_op_cost(cx: _NodeCost, node, ph: dict) -> dict:
     """Ring tiles (if any) through the MXU, plus one op's fixed vector cost."""
     return ph
-
-
-@COST.register("attention")
-def _attention_cost(cx: _NodeCost, node, ph: dict) -> dict:
-    c, request = cx.target.constants, cx.request
-    kv = next(k for k in cx.memory.kv if k.stack == cx.ss.stack and k.node == node.name)
-    _, q_l, kv_l, _ = next(h for h in cx.ss.heads if h[0] == node.name)
-    group = max(request.tokens * q_l // kv_l, 1)
-    n_tiles = request.batch * kv.tiles_per_seq
-    other = ph["other_bytes"]
-    flops = (4.0 * kv_l * n_tiles * max(group, c.mxu_push_rows) * kv.kv_tile
-             * node.op.head_dim)
-    overhead = 2 * n_tiles * c.tile_overhead_s + c.op_overhead_s
-    return dict(ph, other_bytes=other + kv.bytes_per_layer,
-                floor_bytes=ph["ring_bytes"] + other + kv.valid_bytes_per_layer,
-                flops=flops, outstanding=cx.ring + 2, overhead_s=overhead,
-                stall_s=cx.sequence_stall(flops / cx.rate + overhead))
-
-
-@COST.register("moe")
-def _moe_cost(cx: _NodeCost, node, ph: dict) -> dict:
-    c = cx.target.constants
-    e = next(x for x in cx.memory.experts if x.stack == cx.ss.stack and x.node == node.name)
-    fetches = e.max_distinct * e.chunks
-    bw = _bw(cx.target, cx.ring + e.slots)
-    return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,
-                floor_bytes=ph["floor_bytes"] + e.bytes_per_layer,
-                flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk
-                * format_factor(e.format),
-                outstanding=cx.ring + e.slots,
-                overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
-                stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")
 
 
 def format_factor(fmt: str) -> float:

@@ -30,7 +30,9 @@ from __future__ import annotations
 from megakernel.compiler.buffers import Kind
 from megakernel.compiler.cost import COST
 from megakernel.compiler.plan_buffers import BUFFERS, OpLayout
+from megakernel.compiler.pipeline import CHOICE_NOTES
 from megakernel.compiler.plan_operands import CONSTANTS
+from megakernel.compiler.request import KIND_OVERRIDES
 from megakernel.compiler.stepping import STEPPING, Stepping
 from megakernel.compiler.shard_rules import REP, SHARDING, LayerSharding, ShardRule, Split, \
     StateShard
@@ -38,6 +40,7 @@ from megakernel.compiler.geometry import mla
 from megakernel.errors import ShardingError
 
 FORMS = ("absorbed", "expanded")
+KIND_OVERRIDES.register("mla_form")(FORMS)
 
 
 def head_splits(op, cores: int) -> tuple[Split, Split, int]:
@@ -149,6 +152,7 @@ def _cost(cx, node, ph: dict) -> dict:
                 overhead_s=ph["overhead_s"] + overhead, stall_s=cx.sequence_stall(seconds))
 
 
+@CHOICE_NOTES.register("mla")
 def form_notes(plan, model) -> list[tuple[str, str]]:
     """(decision, why) of every MLA node's form, for the plan's choices."""
     out = []

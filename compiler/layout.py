@@ -14,6 +14,7 @@ import math
 
 from megakernel import dtypes
 from megakernel.ir.types import DType
+from megakernel.registry import Registry
 
 LANES = 128
 
@@ -200,22 +201,18 @@ VALUES_BASE = 528 * 1024
 HOISTED_FRACTION = 0.13
 PIECE_BYTES = 16 * 1024
 VALUES_SPILLED = 0.1
-# A kernel whose stack loops over a run of equal dense-MLP layers inside its
-# loop over repetitions (ir.graph.Stack.runs) holds more values: measured
-# (libtpu 0.0.51) against the same bodies unrolled, +1.04 MiB on
-# qwen3.5-27b/8 (2.30 MiB held, was 1.26) and +0.89 on gemma-3-1b/1 (2.15,
-# was 1.26); without this term those run kernels compiled +0.70
-# (qwen3.5-27b/8), +0.71 (at 4 steps per call) and +0.96 MiB (gemma-3-1b/1)
-# above their plans. qwen3-next-80b-a3b/8, whose run's layers have a MoE
-# instead, held only +0.14 (-0.24 against its plan without the term), so the
-# term is charged for runs of layers with a dense MLP only. Their mean,
-# rounded; which values these are is not known (a fit, like the rest).
-RUN_LOOP_VALUES = 800 * 1024
+# A kernel whose stack loops over a run of equal layers inside its loop over
+# repetitions (ir.graph.Stack.runs) holds more values for some kinds in the
+# run's layers: op kind -> the bytes charged once when any looped run holds
+# one (the largest of them), registered with the kind's other compiler rules
+# from what was measured (the dense MLP's in compiler/kind_mlp.py). A kind
+# without a rule was measured to add none (MoE) or has no looped run measured.
+RUN_LOOP_VALUES: Registry = Registry("run-loop values", "compiler/kind_*.py",
+                                     per_op_kind=False)
 
 
-def values_bytes(bank_bytes: int, max_pieces: int, peak: int, *, run_loops: bool) -> int:
+def values_bytes(bank_bytes: int, max_pieces: int, peak: int, *, run_loop_values: int) -> int:
     """The plan's estimate of Mosaic's values in VMEM (the model above);
-    ``run_loops``: a stack loops over a run of its body's layers that have a
-    dense MLP."""
+    ``run_loop_values``: what the kinds of looped runs add (RUN_LOOP_VALUES)."""
     return int(VALUES_BASE + HOISTED_FRACTION * bank_bytes + PIECE_BYTES * max_pieces
-               + VALUES_SPILLED * peak + (RUN_LOOP_VALUES if run_loops else 0))
+               + VALUES_SPILLED * peak + run_loop_values)

@@ -30,6 +30,7 @@ from megakernel.compiler.target import Target, make_target
 from megakernel.errors import PlanningError
 from megakernel.ir import sizes
 from megakernel.ir.graph import Model
+from megakernel.registry import Registry
 
 STAGES = ("request", "target", "shard", "algorithms", "geometry", "memory", "schedule", "cost",
           "steps")
@@ -123,6 +124,12 @@ def _expert_parallel_options(model: Model, request) -> list:
     return moe_degrees(model, request.devices)
 
 
+# Op kind -> (plan, model) -> [(decision, why)]: the choices its rules made
+# inside the stages, explained in the plan (MLA's form of each MLA node,
+# compiler/kind_mla.py); kinds that choose nothing have none.
+CHOICE_NOTES: Registry = Registry("choice notes", "compiler/kind_*.py", per_op_kind=False)
+
+
 def _with_choices(best: Plan, candidates: list[Plan], model: Model,
                   refused: list = ()) -> Plan:
     import dataclasses
@@ -141,16 +148,7 @@ def _with_choices(best: Plan, candidates: list[Plan], model: Model,
     for spec in best.collectives.specs:
         wire = f", {spec.wire} wire" if spec.kind == "all_reduce" else ""
         choices.append((spec.name, f"{spec.algorithm}{wire} ({spec.seconds * 1e6:.1f} us modeled)"))
-    choices += [c for notes in CHOICE_NOTES for c in notes(best, model)]
+    kinds = {n.op.kind for st in model.stacks for n in st.layer.nodes}
+    for kind in sorted(kinds & CHOICE_NOTES.kinds()):
+        choices += CHOICE_NOTES[kind](best, model)
     return dataclasses.replace(best, choices=tuple(choices))
-
-
-def _mla_notes(plan: Plan, model: Model):
-    from megakernel.compiler.kind_mla import form_notes
-
-    return form_notes(plan, model)
-
-
-# Functions (plan, model) -> [(decision, why)] that explain choices op rules
-# made inside the stages (the MLA form of each MLA node).
-CHOICE_NOTES = [_mla_notes]

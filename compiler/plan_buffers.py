@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, Need, OpGeometry, Space
 from megakernel.compiler.layout import padded_bytes, scratch_bytes, smem_bytes
-from megakernel.compiler.geometry import attention, moe
 from megakernel.registry import Registry
 
 
@@ -95,48 +94,8 @@ class OpCtx:
 VECTORS = "<vectors>"      # Binding.node of a stack's per-layer vector buffers
 
 # One rule per op kind: (ctx, node) -> OpLayout.
-BUFFERS: Registry = Registry("buffer", "compiler/plan_buffers.py")
-BUFFERS.register("rmsnorm", "linear", "rope", "add")(lambda cx, node: OpLayout())
-
-
-@BUFFERS.register("mlp")
-def _mlp(cx: OpCtx, node) -> OpLayout:
-    # gate, up and their product, each [rows, intermediate on this core] f32
-    width = cx.ss.param(f"{node.name}.up").shape[1]
-    return OpLayout(values=3 * cx.rows_padded * width * 4)
-
-
-@BUFFERS.register("attention")
-def _attention(cx: OpCtx, node) -> OpLayout:
-    op, s = node.op, cx.ss.stack
-    _, q_l, kv_l, _ = next(h for h in cx.ss.heads if h[0] == node.name)
-    k = next(x for x in cx.kv if x.stack == s and x.node == node.name)
-    g = attention.AttentionGeometry(
-        batch=cx.request.batch, tokens=cx.request.tokens, rows_padded=cx.rows_padded,
-        q_heads=q_l, kv_heads=kv_l, head_dim=op.head_dim, kv_tile=k.kv_tile,
-        max_seq_len=cx.model.max_seq_len, scale=op.softmax_scale, window=op.sliding_window,
-        cache_dtype=k.dtype, softcap=op.logit_softcap, sinks=op.sinks, steps=cx.request.steps)
-    return OpLayout("attention", g, attention.buffers(g), Kind.KV_TILES,
-                    attention.value_bytes(g))
-
-
-@BUFFERS.register("moe")
-def _moe(cx: OpCtx, node) -> OpLayout:
-    op, s = node.op, cx.ss.stack
-    _, _, _, local, width = next(e for e in cx.ss.experts if e[0] == node.name)
-    es = next(e for e in cx.experts if e.stack == s and e.node == node.name)
-    g = moe.MoEGeometry(
-        rows=cx.rows, rows_padded=cx.rows_padded, hidden=op.hidden,
-        num_experts=op.num_experts, experts_local=local, inter_local=width, top_k=op.top_k,
-        scoring=op.scoring.value, correction_bias=op.correction_bias,
-        renormalize=op.renormalize, routed_scaling=op.routed_scaling,
-        activation=op.activation.value, slots=es.slots,
-        dtype=es.dtype if es.format == "plain" else cx.model.dtype.value, chunk=es.chunk,
-        router_logit_bias=op.router_logit_bias, expert_bias=op.expert_bias,
-        swiglu_limit=op.swiglu_limit, swiglu_alpha=op.swiglu_alpha,
-        n_group=op.n_group, topk_group=op.topk_group,
-        fmt="" if es.format == "plain" else es.format)
-    return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS, moe.value_bytes(g, cx.ss, node))
+BUFFERS: Registry = Registry("buffer", "compiler/kind_*.py (linear, add: compiler/plan_buffers.py)")
+BUFFERS.register("linear", "add")(lambda cx, node: OpLayout())
 
 
 def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts,

@@ -20,9 +20,12 @@ import typing
 from megakernel.errors import PlanningError
 from megakernel.registry import Registry
 
-# Library name -> its geometry record class (registered by the BUFFERS rules).
-GEOMETRIES: Registry = Registry("geometry record", "compiler/plan_buffers.py",
-                                per_op_kind=False)
+# Library name -> its geometry record class (compiler/geometry/<library>.py):
+# every kind with a kernel library (``Op.LIBRARY``) needs one under that name.
+GEOMETRIES: Registry = Registry("geometry record", "compiler/geometry/<library>.py",
+                                per_op_kind=False,
+                                needed_by=lambda cls: cls.LIBRARY is not None,
+                                need="it has a kernel library", key_of=lambda cls: cls.LIBRARY)
 
 
 OMIT_DEFAULT = "omit_default"

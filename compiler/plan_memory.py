@@ -19,7 +19,8 @@ import math
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Operand, Point, Space
-from megakernel.compiler.layout import LANES, itemsize, mib, round_up, sublanes, values_bytes
+from megakernel.compiler.layout import (LANES, RUN_LOOP_VALUES, itemsize, mib, round_up, sublanes,
+                                       values_bytes)
 from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, sized
 from megakernel.compiler.plan_operands import operand_buffers, step_buffers
 from megakernel.compiler.ring_layout import RingLayout, ring_layout
@@ -201,12 +202,12 @@ def program_points(model: Model, shard: ShardPlan) -> tuple[Point, ...]:
     return tuple(Point(i, label, s, n) for i, (label, s, n) in enumerate(labels))
 
 
-def _dense_run_loops(model: Model) -> bool:
-    """Whether a stack loops over a run of body layers with a dense MLP
-    (layout.RUN_LOOP_VALUES)."""
-    return any(c > 1 and any(n.op.kind == "mlp" and n.name.startswith(f"l{first}_")
-                             for n in st.layer.nodes)
-               for st in model.stacks for first, c in st.runs)
+def _run_loop_values(model: Model) -> int:
+    """What the op kinds of the runs a stack loops over add to the values
+    (layout.RUN_LOOP_VALUES: the largest rule of any of them, once)."""
+    looped = {n.op.kind for st in model.stacks for first, c in st.runs if c > 1
+              for n in st.layer.nodes if n.name.startswith(f"l{first}_")}
+    return max((RUN_LOOP_VALUES[k] for k in looped if k in RUN_LOOP_VALUES), default=0)
 
 
 def kv_streams(model: Model, shard: ShardPlan, request: PlanRequest, kv_tile: int):
@@ -311,7 +312,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     head_peak = 4 * rows_p * (model.hidden_size + 3 * stream.head_block)
     values = values_bytes(ring.bank_rows * ring.bank_cols * itemsize(ring.dtype), ring.max_pieces,
                           max(layer_peak, head_peak),
-                          run_loops=_dense_run_loops(model))
+                          run_loop_values=_run_loop_values(model))
     _collective_buffers(table, specs, points)
     buffers = table.buffers()
     plan = MemoryPlan(g, rows, rows_p, points,

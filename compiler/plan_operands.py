@@ -19,8 +19,6 @@ state after the call in the same jit (backends/pallas_tpu/kernels/state_commit.p
 
 from __future__ import annotations
 
-import numpy as np
-
 from megakernel.compiler.buffers import Kind, Operand, Space
 from megakernel.compiler.layout import LANES, append_window, word_rows
 from megakernel.ir.types import APPEND, WHOLE
@@ -30,9 +28,9 @@ from megakernel.registry import Registry
 
 # One rule per op kind: (op) -> {name suffix: f32 table [1, n]} the kernel reads
 # from VMEM (none for most kinds).
-CONSTANTS: Registry = Registry("constant operand", "compiler/plan_operands.py")
-CONSTANTS.register("rmsnorm", "linear", "attention", "mlp", "moe", "add")(lambda op: {})
-CONSTANTS.register("rope")(lambda op: {"inv_freq": op.inv_freq().astype(np.float32)[None, :]})
+CONSTANTS: Registry = Registry("constant operand",
+                               "compiler/kind_*.py (linear, add: compiler/plan_operands.py)")
+CONSTANTS.register("linear", "add")(lambda op: {})
 
 # One rule per op kind owning whole-access state: (op, state name, its
 # StateSpec, its per-core layout of one layer, request, cores) -> (shape of one layer's

@@ -13,8 +13,15 @@ from dataclasses import dataclass, field, fields
 from megakernel.compiler.plan_json import OMIT_DEFAULT
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import Model
+from megakernel.registry import Registry
 
 DEFAULT_CONTEXT = 2048
+
+# Overrides of a choice one op kind's rules make (fields marked BY_KIND with
+# that kind): the override's name -> the values it may take, registered with
+# the kind's compiler rules (``mla_form``: compiler/kind_mla.py).
+KIND_OVERRIDES: Registry = Registry("override", "compiler/kind_*.py", per_op_kind=False)
+BY_KIND = "by_kind"
 # Greedy steps one kernel call may run: step i's token goes to lane i of the
 # [rows, 128] token output, so at most one lane row of them.
 MAX_STEPS_PER_CALL = 128
@@ -32,6 +39,8 @@ class Overrides:
     embed: "vocab" (vocab-sharded table + all-reduce) or "replicated".
     mla_form: "absorbed" or "expanded" for every multi-head latent attention
         (backends/pallas_tpu/kernels/mla.py); None: the cheaper by the cost model.
+        Its values are the MLA rules' (KIND_OVERRIDES); the field stays here, so
+        every plan's JSON keeps it.
     wire: "bfloat16" or "float32", the dtype the all-reduces' partials travel
         in; None: the model's activation dtype.
     """
@@ -45,7 +54,7 @@ class Overrides:
     logits: str = "argmax"
     allreduce: str | None = None
     embed: str = "vocab"
-    mla_form: str | None = None
+    mla_form: str | None = field(default=None, metadata={BY_KIND: "mla"})
     # Left out of the plan's JSON at its default, so plans that do not set it
     # keep their digest.
     wire: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
@@ -63,8 +72,10 @@ class Overrides:
         _choice(self.embed, ("vocab", "replicated"), "embed")
         if self.allreduce is not None:
             _choice(self.allreduce, ("one_shot", "rs_ag"), "allreduce")
-        if self.mla_form is not None:
-            _choice(self.mla_form, ("absorbed", "expanded"), "mla_form")
+        for f in fields(self):
+            if f.metadata.get(BY_KIND) and getattr(self, f.name) is not None:
+                _choice(getattr(self, f.name), KIND_OVERRIDES(f.name, f"overrides.{f.name}"),
+                        f.name)
         if self.wire is not None:
             _choice(self.wire, ("bfloat16", "float32"), "wire")
         if self.moe_parallel is not None and not isinstance(self.moe_parallel, int):

@@ -5,8 +5,9 @@ its ``ParamShard``, every all-reduce site its ``Reduction`` (what the
 module docstring of compiler/shard_rules.py spells out), found by running
 each node's ``ShardRule`` from ``SHARDING`` backward (``want``) then forward.
 ``LayerSharding`` is the state the rules read and write; ``lane_split`` and
-``on_axis`` the splits they share. The core kinds' rules are registered in
-compiler/shard_rules.py, which imports this module and re-exports it all.
+``on_axis`` the splits they share. Each kind's rule is registered in its
+compiler/kind_*.py (the projection's and the residual add's in
+compiler/shard_rules.py, which re-exports this module's names).
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class ShardRule:
     announce: Callable | None = None
 
 
-SHARDING: Registry[ShardRule] = Registry("sharding", "compiler/shard_rules.py")
+SHARDING: Registry[ShardRule] = Registry(
+    "sharding", "compiler/kind_*.py (linear, add: compiler/shard_rules.py)")
 
 
 def layer_rules(layer: Layer, dtype: DType, cores: int, ep: int):

@@ -33,9 +33,3 @@ STEPPING: Registry[Stepping] = Registry(
     "multi-step", "compiler/stepping.py or compiler/kind_<name>.py",
     per_op_kind=False, needed_by=lambda op_class: bool(op_class.STATE_ACCESS),
     need="it owns state")
-
-
-# The core state-owning kind; the others register theirs in compiler/kind_<name>.py.
-STEPPING.register("attention")(Stepping(
-    True, "writes each running sequence's K/V row at the step's position; a stopped "
-          "sequence's cache is not written"))

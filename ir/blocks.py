@@ -1,8 +1,9 @@
-"""The layer templates of a card: the mixer table (attention, sliding
-attention, Gated DeltaNet) and the FFN table (dense MLP, MoE), each a block
-builder appending ops to a ``LayerBuilder``, registered in the card's tables
-(ir/card.py); ``layer`` makes one verified layer of a card (ir/config.py
-``build`` calls it per layer).
+"""The layer templates of a card: the mixer table's attention and sliding
+attention and the FFN table (dense MLP, MoE), each a block builder appending
+ops to a ``LayerBuilder`` with its size formula, registered in the card's
+tables (ir/card.py; other mixers in their ir/kind_*.py module); ``layer``
+makes one verified layer of a card (ir/config.py ``build`` calls it per
+layer).
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import functools
 
 from megakernel.errors import IRError, error_context
-from megakernel.ir.card import FFNS, MIXERS, ModelConfig
+from megakernel.ir import sizes
+from megakernel.ir.card import FFN, FFNS, MIXERS, Mixer, ModelConfig
 from megakernel.ir.graph import Layer, OpNode
 from megakernel.ir.kind_elementwise import Activate, Mul
-from megakernel.ir.kind_gdn import GatedDeltaNet
 from megakernel.ir.kind_norm_parts import MeanSquare, RMSScale
 from megakernel.ir.ops import MLP, Activation, Add, Attention, Linear, MoE, Op, RMSNorm, Rope
 from megakernel.ir.types import TensorSpec
@@ -112,31 +113,26 @@ def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window, local: boo
     return b.add("attn_residual", Add, (x, o), "x_mid")
 
 
-def _linear_attention_block(c: ModelConfig, b: LayerBuilder, x: str) -> str:
-    """Gated DeltaNet: six projections, the recurrence, out_proj (ir/kind_gdn.py)."""
-    la, h = c.linear_attention, c.hidden_size
-    hn = b.add("input_norm", _norm(c, h), (x,), "h_attn") if c.pre_norms else x
-    kw, vw, hv = (la.num_key_heads * la.key_head_dim, la.num_value_heads * la.value_head_dim,
-                  la.num_value_heads)
-    ins = tuple(b.add(f"{p}_proj", lambda w=w: Linear(h, w), (hn,), f"gdn_{p}")
-                for p, w in (("q", kw), ("k", kw), ("v", vw), ("z", vw), ("b", hv), ("a", hv)))
-    o = b.add("gdn", lambda: GatedDeltaNet(la.num_key_heads, la.num_value_heads,
-                                           la.key_head_dim, la.value_head_dim,
-                                           la.conv_kernel, c.norm_eps), ins, "gdn_out")
-    o = b.add("out_proj", lambda: Linear(vw, h), (o,), "attn_out")
-    if c.post_norms:
-        o = b.add("post_attn_norm", _norm(c, h), (o,), "attn_normed")
-    return b.add("attn_residual", Add, (x, o), "x_mid")
+def _attention_sizes(c: ModelConfig) -> tuple[int, int]:
+    """(weights, K/V-cache bytes of one sequence) of one attention mixer: its
+    block norms, q, k, v, o, biases, sinks, q/k norms and output gate."""
+    item, h, d = sizes.item_size(c), c.hidden_size, c.head_dim
+    q, kv = c.num_q_heads * d, c.num_kv_heads * d
+    attn = sizes.block_norms(c) + h * q + 2 * h * kv + q * h
+    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + c.num_q_heads * c.attention_sinks
+    attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm
+    attn += (h * q + q * c.qkv_bias) * c.attn_output_gate
+    return attn * item, 2 * c.max_seq_len * kv * item
 
 
-# The mixer table (ir/card.py): a layer_types name -> (layer kind label, block
-# builder (card, builder, residual tensor) -> the residual after the mixer).
-MIXERS.register("full_attention")(
-    ("", lambda c, b, x: _attention_block(c, b, x, c.sliding_window if c.layer_types is None
-                                          else None, False)))
-MIXERS.register("sliding_attention")(
-    ("sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window, True)))
-MIXERS.register("linear_attention")(("linear", _linear_attention_block))
+# The mixer table (ir/card.py): a layer_types name -> its Mixer (Gated
+# DeltaNet's, "linear_attention", is ir/kind_gdn.py's, "mla" ir/kind_mla.py's).
+MIXERS.register("full_attention")(Mixer(
+    "", lambda c, b, x: _attention_block(c, b, x, c.sliding_window if c.layer_types is None
+                                         else None, False), _attention_sizes))
+MIXERS.register("sliding_attention")(Mixer(
+    "sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window, True),
+    _attention_sizes))
 
 
 def _mlp(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
@@ -155,17 +151,30 @@ def _moe(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
                                     shared_expert_gate=m.shared_expert_gate), (hn,), "ffn_out")
 
 
-# The FFN table (ir/card.py): a layer kind -> block builder (card, builder,
-# normed input) -> output.
-FFNS.register("dense")(_mlp)
-FFNS.register("moe")(_moe)
+def _mlp_sizes(c: ModelConfig) -> int:
+    return 3 * c.hidden_size * c.intermediate_size * sizes.item_size(c)
+
+
+def _moe_sizes(c: ModelConfig) -> int:
+    """Routed experts (router, gate/up/down, biases), shared experts and their
+    gate; the router's correction bias is kept in float32 (MoE.params)."""
+    m, h, item = c.moe, c.hidden_size, sizes.item_size(c)
+    i = m.expert_intermediate
+    routed = m.num_experts * (h + 3 * h * i + m.router_logit_bias + (2 * i + h) * m.expert_bias)
+    shared = 3 * h * m.num_shared_experts * m.shared_intermediate + h * m.shared_expert_gate
+    return (routed + shared) * item + 4 * m.num_experts * m.correction_bias
+
+
+# The FFN table (ir/card.py): a layer kind -> its FFN.
+FFNS.register("dense")(FFN(_mlp, _mlp_sizes))
+FFNS.register("moe")(FFN(_moe, _moe_sizes))
 
 
 def _ffn_block(c: ModelConfig, b: LayerBuilder, x: str, kind: str) -> str:
     # "post_norm" is the norm after the attention block, before the FFN (HF's
     # post_attention_layernorm in Llama); the FFN output's own is post_ffn_norm.
     hn = b.add("post_norm", _norm(c, c.hidden_size), (x,), "h_ffn") if c.pre_norms else x
-    f = FFNS(kind, "ffn")(c, b, hn)
+    f = FFNS(kind, "ffn").block(c, b, hn)
     if c.post_norms:
         f = b.add("post_ffn_norm", _norm(c, c.hidden_size), (f,), "ffn_normed")
     return b.add("ffn_residual", Add, (x, f), "y")
@@ -173,7 +182,7 @@ def _ffn_block(c: ModelConfig, b: LayerBuilder, x: str, kind: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def layer(c: ModelConfig, mixer: str, ffn: str) -> Layer:
-    label, block = MIXERS(mixer, "mixer")
+    label, block, _ = MIXERS(mixer, "mixer")
     b = LayerBuilder(c.hidden_size)
     x = block(c, b, "x")
     return b.layer(f"{label}_{ffn}" if label else ffn, _ffn_block(c, b, x, ffn))

@@ -11,7 +11,8 @@ used through ``ir/config.py``, which imports both.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple
 
 from megakernel.errors import IRError, shown
 from megakernel.ir import limits
@@ -24,10 +25,30 @@ from megakernel.registry import Registry
 # The format tag of a card file (models/cards.py reads and writes them).
 CARD_FORMAT = "megakernel.card/1"
 
-# The mixer table: a layer_types name -> (layer kind label, block builder
-# (card, builder, residual tensor) -> the residual after the mixer).
-MIXERS: Registry = Registry("mixer", "ir/blocks.py", per_op_kind=False)
-# The FFN table: a layer kind -> block builder (card, builder, normed input) -> output.
+
+class Mixer(NamedTuple):
+    """A card mixer: the label of its layers' kind, its block builder (card,
+    LayerBuilder, residual tensor) -> the residual after the mixer, and its
+    sizes (card) -> (weight bytes, state bytes of one sequence) of one layer's
+    mixer, its block norms included (ir/sizes.py adds them up)."""
+
+    label: str
+    block: Callable
+    sizes: Callable
+
+
+class FFN(NamedTuple):
+    """A card FFN: its block builder (card, LayerBuilder, normed input) ->
+    output, and its sizes (card) -> weight bytes of one layer's FFN."""
+
+    block: Callable
+    sizes: Callable
+
+
+# The mixer table: a layer_types name -> its Mixer.
+MIXERS: Registry = Registry("mixer", "ir/blocks.py or an ir/kind_*.py module",
+                            per_op_kind=False)
+# The FFN table: a layer kind -> its FFN.
 FFNS: Registry = Registry("ffn", "ir/blocks.py", per_op_kind=False)
 
 # Card fields carry exact types and bounded sizes, so that the size arithmetic

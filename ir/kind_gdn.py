@@ -22,8 +22,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from megakernel.errors import IRError
-from megakernel.ir import limits
-from megakernel.ir.ops import OP_KINDS, HeadDim, Heads, Op, _expect_shapes
+from megakernel.ir import limits, sizes
+from megakernel.ir.card import MIXERS, Mixer
+from megakernel.ir.ops import OP_KINDS, Add, HeadDim, Heads, Linear, Op, RMSNorm, _expect_shapes
 from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Float, Int, node
 from megakernel.ir.types import WHOLE, DType, ParamSpec, StateSpec
@@ -38,6 +39,7 @@ class GatedDeltaNet(Op):
     token; output [HV*dv]. ``norm_eps`` is the gated norm's epsilon."""
 
     kind: ClassVar[str] = "gated_deltanet"
+    LIBRARY: ClassVar[str | None] = "gdn"
     STATE_ACCESS: ClassVar[frozenset[str]] = frozenset({WHOLE})
     num_key_heads: Heads
     num_value_heads: Heads
@@ -97,3 +99,39 @@ class GatedDeltaNet(Op):
 OP_KINDS.register(GatedDeltaNet.kind)(GatedDeltaNet)
 # Its conv taps and per-head vectors are not matmul weights: all plain.
 WEIGHT_KINDS.register(GatedDeltaNet.kind)(lambda op: {})
+
+
+def _gdn_block(c, b, x: str) -> str:
+    """The card's Gated DeltaNet mixer (``MIXERS['linear_attention']``): input
+    norm, six projections, the recurrence, out_proj and the residual add."""
+    la, h = c.linear_attention, c.hidden_size
+    norm = lambda: RMSNorm(h, c.norm_eps, c.norm_offset)  # noqa: E731
+    hn = b.add("input_norm", norm, (x,), "h_attn") if c.pre_norms else x
+    kw, vw, hv = (la.num_key_heads * la.key_head_dim, la.num_value_heads * la.value_head_dim,
+                  la.num_value_heads)
+    ins = tuple(b.add(f"{p}_proj", lambda w=w: Linear(h, w), (hn,), f"gdn_{p}")
+                for p, w in (("q", kw), ("k", kw), ("v", vw), ("z", vw), ("b", hv), ("a", hv)))
+    o = b.add("gdn", lambda: GatedDeltaNet(la.num_key_heads, la.num_value_heads,
+                                           la.key_head_dim, la.value_head_dim,
+                                           la.conv_kernel, c.norm_eps), ins, "gdn_out")
+    o = b.add("out_proj", lambda: Linear(vw, h), (o,), "attn_out")
+    if c.post_norms:
+        o = b.add("post_attn_norm", norm, (o,), "attn_normed")
+    return b.add("attn_residual", Add, (x, o), "x_mid")
+
+
+def _gdn_sizes(c) -> tuple[int, int]:
+    """(weights, state bytes of one sequence) of one Gated DeltaNet mixer: its
+    block norms, the six projections, out_proj, conv taps and gated-norm weight
+    (A_log and dt_bias float32); conv histories and the f32 recurrent state."""
+    la, h, item = c.linear_attention, c.hidden_size, sizes.item_size(c)
+    kw, vw, hv = (la.num_key_heads * la.key_head_dim, la.num_value_heads * la.value_head_dim,
+                  la.num_value_heads)
+    gdn = (sizes.block_norms(c) + h * (2 * kw + 2 * vw + 2 * hv) + vw * h
+           + la.conv_kernel * (2 * kw + vw))
+    state = ((la.conv_kernel - 1) * (2 * kw + vw) * item
+             + hv * la.key_head_dim * la.value_head_dim * 4)
+    return (gdn + la.value_head_dim) * item + 2 * hv * 4, state
+
+
+MIXERS.register("linear_attention")(Mixer("linear", _gdn_block, _gdn_sizes))

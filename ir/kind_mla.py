@@ -33,9 +33,10 @@ import math
 from typing import ClassVar
 
 from megakernel.errors import IRError
-from megakernel.ir import limits
-from megakernel.ir.ops import OP_KINDS, Dim, HeadDim, Heads, Op, RopeScaling, _expect_shapes, \
-    rope_attention_factor, rope_inv_freq
+from megakernel.ir import limits, sizes
+from megakernel.ir.card import MIXERS, Mixer
+from megakernel.ir.ops import OP_KINDS, Add, Dim, HeadDim, Heads, Linear, Op, RMSNorm, \
+    RopeScaling, _expect_shapes, rope_attention_factor, rope_inv_freq
 from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Bool, Float, node
 from megakernel.ir.types import APPEND, ParamSpec, StateSpec
@@ -50,6 +51,7 @@ class MLA(Op):
     ``softmax_mscale()``."""
 
     kind: ClassVar[str] = "mla"
+    LIBRARY: ClassVar[str | None] = "mla"
     STATE_ACCESS: ClassVar[frozenset[str]] = frozenset({APPEND})
     num_heads: Heads
     kv_lora_rank: Dim
@@ -118,13 +120,7 @@ def _mla_block(c, b, x: str) -> str:
     """The card's MLA mixer (``MIXERS['mla']``): input norm, the query path
     (q_a -> norm -> q_b, or one q projection), kv_a, optional gate projection,
     the MLA op, the output projection and the residual add."""
-    from megakernel.ir.ops import Add, Linear, RMSNorm
-
-    m = c.mla
-    if m is None:
-        raise IRError("the mixer is 'mla' but the card has no mla block", path="mla",
-                      hint="add an mla block (kv_lora_rank, qk_nope_head_dim, "
-                           "qk_rope_head_dim, v_head_dim)")
+    m = _mla_config(c)
     # Card fields of GQA attention that MLA has no place for: refused, not ignored.
     unused = {"qk_norm": c.qk_norm, "rotary_dim": c.rotary_dim,
               "sliding_window": c.sliding_window if c.layer_types is None else None,
@@ -159,10 +155,29 @@ def _mla_block(c, b, x: str) -> str:
     return b.add("attn_residual", Add, (x, o), "x_mid")
 
 
-def _register_mixer() -> None:
-    from megakernel.ir.config import MIXERS
+def _mla_config(c):
+    if c.mla is None:
+        raise IRError("the mixer is 'mla' but the card has no mla block", path="mla",
+                      hint="add an mla block (kv_lora_rank, qk_nope_head_dim, "
+                           "qk_rope_head_dim, v_head_dim)")
+    return c.mla
 
-    MIXERS.register("mla")(("mla", _mla_block))
+
+def _mla_sizes(c) -> tuple[int, int]:
+    """(weights, latent-cache bytes of one sequence) of one MLA mixer: its block
+    norms, q path, kv_a, optional gate, kv_norm, w_uk, w_uv, o."""
+    m, h, heads, item = _mla_config(c), c.hidden_size, c.num_q_heads, sizes.item_size(c)
+    dn, dr, dv, r = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+    qk = heads * (dn + dr)
+    if m.q_lora_rank:
+        query = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * qk
+        query += m.q_lora_rank * c.qkv_bias
+    else:
+        query = h * qk + qk * c.qkv_bias
+    params = (query + h * (r + dr) + (r + dr) * c.qkv_bias + r + heads * dn * r
+              + r * heads * dv + heads * dv * h + h * c.o_bias)
+    params += h * heads * dv * m.output_gate
+    return (sizes.block_norms(c) + params) * item, c.max_seq_len * (r + dr) * item
 
 
-_register_mixer()
+MIXERS.register("mla")(Mixer("mla", _mla_block, _mla_sizes))

@@ -3,8 +3,9 @@
 After import: ``Op`` is the frozen, checked record every kind subclasses
 (``params``, ``state``, ``rows_read``, ``infer``, ``to_dict``), and
 ``_expect_shapes`` the error a kind's ``infer`` raises on inputs of the
-wrong per-token shapes. The kinds themselves live in ir/ops.py, the family
-modules it imports, and ir/kind_*.py; ir/ops.py re-exports all of this.
+wrong per-token shapes; ``OP_KINDS`` the table of every kind's class. The
+kinds themselves live in ir/kind_*.py (the projection and the residual add
+in ir/ops.py), each registering its class; ir/ops.py re-exports all of this.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from megakernel.errors import IRError
 from megakernel.ir.rope_scaling import RopeScaling
 from megakernel.ir.schema import node
 from megakernel.ir.types import DType, ParamSpec, StateSpec
+from megakernel.registry import Registry
 
 
 def _expect_shapes(op: "Op", found: tuple[tuple[int, ...], ...],
@@ -36,6 +38,11 @@ class Op:
     # tables a kind needs without building one (tests/test_registry.py holds
     # every zoo op's ``state`` to it).
     STATE_ACCESS: ClassVar[frozenset[str]] = frozenset()
+    # The name of the kind's kernel library (backends/pallas_tpu/kernels/<LIBRARY>.py)
+    # and of its geometry record; None for kinds computed on values. Start-up
+    # checks read from it which kinds need a geometry record and a library
+    # import, under that name (tests/compiler hold each BUFFERS rule to it).
+    LIBRARY: ClassVar[str | None] = None
     # Errors name the op (``layers.0.attention``); the message names the field.
     FLAT_ERRORS: ClassVar[bool] = True
 
@@ -68,3 +75,8 @@ def _encode(value):
     if isinstance(value, RopeScaling):
         return {f.name: getattr(value, f.name) for f in fields(value)}
     return value
+
+
+# The op class of every kind: each kind's module registers its class
+# (ir/__init__.py imports them all); ir/ops.py re-exports the table.
+OP_KINDS: Registry[type[Op]] = Registry("op kind", "ir/kind_*.py (linear, add: ir/ops.py)")

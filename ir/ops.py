@@ -4,11 +4,12 @@ An op knows its own weights (``params``), the state it keeps between steps
 (``state``) and the per-token shapes it maps (``infer``); it knows nothing of
 layers, sharding or code generation. ``OP_KINDS`` finds an op's class by its
 kind; every later stage finds its rule for the kind in its own registry
-(``megakernel.registry``). The core kinds are registered here: the small
-ones defined here, the others in the family modules below (``Op`` itself in
-ir/op_base.py, field types in ir/op_fields.py, rotary scaling in
-ir/rope_scaling.py), all re-exported; other kinds live in ``ir/kind_*.py``
-(docs/architecture.md, "Adding an op kind").
+(``megakernel.registry``). The projection (``Linear``) and the residual
+``Add`` are defined and registered here; every other kind in its
+``ir/kind_*.py`` (docs/architecture.md, "Adding an op kind"). The core kinds'
+classes, ``Op`` (ir/op_base.py), the field types (ir/op_fields.py) and
+rotary scaling (ir/rope_scaling.py) are re-exported, so
+``megakernel.ir.ops.Attention`` still names its class.
 """
 
 from __future__ import annotations
@@ -16,38 +17,17 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from megakernel.errors import IRError, shown
-from megakernel.ir import limits
-from megakernel.ir.attention_ops import Attention, Rope  # noqa: F401
-from megakernel.ir.ffn_ops import MLP, MoE  # noqa: F401
-from megakernel.ir.op_base import Op, _encode, _expect_shapes  # noqa: F401
+from megakernel.ir.kind_attention import Attention, Rope  # noqa: F401
+from megakernel.ir.kind_mlp import MLP  # noqa: F401
+from megakernel.ir.kind_moe import MoE  # noqa: F401
+from megakernel.ir.kind_rmsnorm import RMSNorm  # noqa: F401
+from megakernel.ir.op_base import OP_KINDS, Op, _encode, _expect_shapes  # noqa: F401
 from megakernel.ir.op_fields import (Activation, Dim, FreqFactor, HeadDim, Heads,  # noqa: F401
                                      Positions, Scoring, _fail)
 from megakernel.ir.rope_scaling import (RopeScaling, _yarn_inv_freq, _yarn_mscale,  # noqa: F401
                                         rope_attention_factor, rope_inv_freq)
 from megakernel.ir.schema import Bool, Float, Int, node  # noqa: F401
 from megakernel.ir.types import APPEND, DType, ParamSpec, StateSpec  # noqa: F401
-from megakernel.registry import Registry
-
-
-@node
-class RMSNorm(Op):
-    """y = x / rms(x) * w over groups of ``dim`` features (``dim`` = the whole
-    vector, or a head for qk-norm). With ``offset`` the scale is (1 + w)."""
-
-    kind: ClassVar[str] = "rmsnorm"
-    dim: Dim
-    eps: Float(*limits.NORM_EPS) = 1e-6
-    offset: Bool = False
-
-    def params(self, dtype):
-        return {"weight": ParamSpec((self.dim,), dtype)}
-
-    def infer(self, inputs):
-        (shape,) = inputs
-        if len(shape) != 1 or shape[0] % self.dim:
-            raise IRError(f"input of {shape[0] if shape else shape} features is not "
-                          f"a whole number of groups of dim={self.dim}", path=self.kind)
-        return (shape,)
 
 
 @node
@@ -83,9 +63,9 @@ class Add(Op):
         return (inputs[0],)
 
 
-# The op class of every kind; kind modules register theirs (ir/__init__.py imports them).
-OP_KINDS: Registry[type[Op]] = Registry("op kind", "ir/ops.py or an ir/kind_*.py module")
-for _cls in (RMSNorm, Linear, Rope, Attention, MLP, MoE, Add):
+# The projection and the residual add every layer is made of; each other
+# kind registers its class in its ir/kind_*.py.
+for _cls in (Linear, Add):
     OP_KINDS.register(_cls.kind)(_cls)
 
 

@@ -4,7 +4,7 @@ frequencies and attention factor it gives.
 After import: ``rope_inv_freq`` gives the per-pair inverse frequencies of a
 rotary embedding (llama3, linear or YaRN scaling applied, float64) and
 ``rope_attention_factor`` what its cos and sin are multiplied by; both are
-shared by the ``Rope`` op (ir/attention_ops.py) and DeepSeek's MLA
+shared by the ``Rope`` op (ir/kind_attention.py) and DeepSeek's MLA
 (ir/kind_mla.py). ir/ops.py re-exports them.
 """
 

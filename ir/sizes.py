@@ -42,63 +42,28 @@ class Sizes:
 
 
 def of_config(c: "ModelConfig") -> Sizes:
-    """The sizes of the model ``build(c)`` would make, by arithmetic only."""
-    item = DType.parse(c.dtype).itemsize
-    h, d = c.hidden_size, c.head_dim
-    q, kv = c.num_q_heads * d, c.num_kv_heads * d
-    norms = 2 * h * (c.pre_norms + c.post_norms)          # the mixer's and the FFN's
-    attn = norms + h * q + 2 * h * kv + q * h            # norms, q, k, v, o
-    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + c.num_q_heads * c.attention_sinks
-    attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm
-    attn += (h * q + q * c.qkv_bias) * c.attn_output_gate
-    mixer = {"full_attention": attn * item, "sliding_attention": attn * item}
-    state = {"full_attention": 2 * c.max_seq_len * kv * item}
-    state["sliding_attention"] = state["full_attention"]
-    if c.mla is not None:
-        mla, state["mla"] = _mla_sizes(c)
-        mixer["mla"] = (norms + mla) * item
-    if c.linear_attention is not None:
-        la = c.linear_attention
-        kw, vw, hv = (la.num_key_heads * la.key_head_dim, la.num_value_heads * la.value_head_dim,
-                      la.num_value_heads)
-        # norms, the six projections, out_proj, conv taps, gated-norm weight;
-        # A_log and dt_bias are float32 (ir/kind_gdn.py).
-        gdn = norms + h * (2 * kw + 2 * vw + 2 * hv) + vw * h + la.conv_kernel * (2 * kw + vw)
-        mixer["linear_attention"] = (gdn + la.value_head_dim) * item + 2 * hv * 4
-        state["linear_attention"] = ((la.conv_kernel - 1) * (2 * kw + vw) * item
-                                     + hv * la.key_head_dim * la.value_head_dim * 4)
-    ffn = {"dense": 3 * h * c.intermediate_size * item}
-    if c.moe is not None:
-        m = c.moe
-        i = m.expert_intermediate
-        routed = m.num_experts * (h + 3 * h * i + m.router_logit_bias + (2 * i + h) * m.expert_bias)
-        shared = 3 * h * m.num_shared_experts * m.shared_intermediate + h * m.shared_expert_gate
-        # The router's correction bias is kept in float32 (MoE.params).
-        ffn["moe"] = (routed + shared) * item + 4 * m.num_experts * m.correction_bias
+    """The sizes of the model ``build(c)`` would make, by arithmetic only: each
+    layer's mixer and FFN by their own formulas (``Mixer.sizes``, ``FFN.sizes``,
+    registered with their blocks)."""
+    from megakernel.ir.card import FFNS, MIXERS
+
     kinds = [(c.mixer(i), c.layer_kind(i)) for i in range(c.num_layers)]
-    layers = sum(mixer[a] + ffn[f] for a, f in kinds)
-    embed = c.vocab_size * h * (1 if c.tie_embeddings else 2) + h
-    cache = sum(state[a] for a, _ in kinds)
-    return Sizes(c.name, layers + embed * item, cache, c.max_seq_len)
+    mixer = {a: MIXERS(a, "mixer").sizes(c) for a in dict.fromkeys(a for a, _ in kinds)}
+    ffn = {f: FFNS(f, "ffn").sizes(c) for f in dict.fromkeys(f for _, f in kinds)}
+    layers = sum(mixer[a][0] + ffn[f] for a, f in kinds)
+    embed = c.vocab_size * c.hidden_size * (1 if c.tie_embeddings else 2) + c.hidden_size
+    cache = sum(mixer[a][1] for a, _ in kinds)
+    return Sizes(c.name, layers + embed * item_size(c), cache, c.max_seq_len)
 
 
-def _mla_sizes(c: "ModelConfig") -> tuple[int, int]:
-    """(weights, latent-cache bytes per sequence) of one MLA mixer besides its
-    block norms (ir/kind_mla.py): q path, kv_a, optional gate, kv_norm, w_uk,
-    w_uv, o."""
-    m, h, heads = c.mla, c.hidden_size, c.num_q_heads
-    item = DType.parse(c.dtype).itemsize
-    dn, dr, dv, r = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
-    qk = heads * (dn + dr)
-    if m.q_lora_rank:
-        query = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * qk
-        query += m.q_lora_rank * c.qkv_bias
-    else:
-        query = h * qk + qk * c.qkv_bias
-    params = (query + h * (r + dr) + (r + dr) * c.qkv_bias + r + heads * dn * r
-              + r * heads * dv + heads * dv * h + h * c.o_bias)
-    params += h * heads * dv * m.output_gate
-    return params, c.max_seq_len * (r + dr) * item
+def item_size(c: "ModelConfig") -> int:
+    """Bytes of one value of the card's dtype."""
+    return DType.parse(c.dtype).itemsize
+
+
+def block_norms(c: "ModelConfig") -> int:
+    """Weights of the norms around a layer's mixer and FFN (each hidden-wide)."""
+    return 2 * c.hidden_size * (c.pre_norms + c.post_norms)
 
 
 def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["Layer"],

@@ -10,9 +10,10 @@ the node, never a silent default:
 
 Adding an op kind is therefore a list of registrations (docs/architecture.md,
 "Adding an op kind"), and ``missing(kind)`` tells which are still absent.
-The core kinds register in each stage's own module; other kinds bring one
-module per layer (``ir/kind_*.py``, ``models/kind_*.py``, ...), imported by
-that layer's package ``__init__``. The registry imports nothing above it: the
+Each kind brings one module per layer (``ir/kind_*.py``,
+``models/kind_*.py``, ...), imported by that layer's package ``__init__``;
+only the projection (``linear``) and the residual ``add``, which every layer
+is made of, register in the stage modules themselves. The registry imports nothing above it: the
 entry points (the CLI, the test kit's pytest plugin, bench) import
 ``megakernel.kinds``, which imports every layer and then checks, with
 ``check_complete``, that every kind has every rule it needs.
@@ -52,12 +53,15 @@ class Registry(Generic[Rule]):
     something else than op kinds (the card's mixers) says ``per_op_kind=False``."""
 
     def __init__(self, rule: str, home: str, *, per_op_kind: bool = True,
-                 needed_by: Callable[[type], bool] | None = None, need: str = ""):
+                 needed_by: Callable[[type], bool] | None = None, need: str = "",
+                 key_of: Callable[[type], str] | None = None):
         """``needed_by``: for a table only some op kinds need (``per_op_kind``
         False), which ones, from the kind's op class (``need`` says it in words);
-        ``check_complete`` holds those kinds to it at start-up."""
+        ``check_complete`` holds those kinds to it at start-up. ``key_of``: for
+        such a table keyed by something else than the kind (a kernel library's
+        name), the key a needing kind's class must have a rule under."""
         self.rule, self.home, self.per_op_kind = rule, home, per_op_kind
-        self.needed_by, self.need = needed_by, need
+        self.needed_by, self.need, self.key_of = needed_by, need, key_of
         self._rules: dict[str, Rule] = {}
         _ALL.append(self)
 
@@ -123,9 +127,12 @@ def gaps(op_classes: dict[str, type]) -> list[str]:
     for r in _ALL:
         for kind, cls in sorted(op_classes.items()):
             needed = r.per_op_kind or (r.needed_by is not None and r.needed_by(cls))
-            if needed and kind not in r._rules:
+            key = r.key_of(cls) if r.key_of is not None and not r.per_op_kind else kind
+            if needed and key not in r._rules:
                 why = f" ({r.need})" if r.need and not r.per_op_kind else ""
-                out.append(f"no {r.rule} rule for op kind {kind!r}{why}: register one in {r.home}")
+                under = f" under {key!r}" if key != kind else ""
+                out.append(f"no {r.rule} rule for op kind {kind!r}{why}{under}: "
+                           f"register one in {r.home}")
     return out
 
 

@@ -4,11 +4,13 @@
 file, or a HF config / checkpoint folder into a ``Model``.
 
 Importing the package registers every op kind's reference and weight-init
-rules (the core kinds in reference.py and weights.py, the others in the
-``kind_<name>.py`` modules listed below; docs/architecture.md).
+rules (each kind's in its ``kind_<name>.py`` module listed below; the
+projection's and the residual add's in reference.py and weights.py;
+docs/architecture.md).
 """
 
-from megakernel.models import kind_elementwise, kind_gdn, kind_mla, kind_norm_parts  # noqa: F401
+from megakernel.models import (kind_attention, kind_elementwise, kind_gdn,  # noqa: F401
+                               kind_mla, kind_mlp, kind_moe, kind_norm_parts, kind_rmsnorm)
 
 from megakernel.models.load import load_model
 

@@ -27,20 +27,10 @@ from megakernel.registry import Registry
 #   "bias": 0.02 * normal;  "route_bias": 0.1 * normal;  "sink": normal
 #   "log_decay": -1 + 0.5 * normal;  "dt_bias": 0.5 * normal (Gated DeltaNet's
 #               A_log and dt_bias: per-token decays mostly 0.4..0.95)
-INIT: Registry[dict[str, tuple[str, int]]] = Registry("init", "models/weights.py")
-INIT.register("rmsnorm")({"weight": ("scale", 0)})
+INIT: Registry[dict[str, tuple[str, int]]] = Registry(
+    "init", "models/kind_*.py (linear, add: models/weights.py)")
 INIT.register("linear")({"weight": ("writer", 0), "bias": ("bias", 0)})
-INIT.register("mlp")({"gate": ("matrix", 0), "up": ("matrix", 0), "down": ("residual", 0)})
-INIT.register("moe")({
-    "router": ("matrix", 0), "router_bias": ("route_bias", 0),
-    "experts_gate": ("matrix", 1), "experts_up": ("matrix", 1),
-    "experts_down": ("residual", 1), "shared_gate": ("matrix", 0),
-    "shared_up": ("matrix", 0), "shared_down": ("residual", 0),
-    "shared_expert_gate": ("matrix", 0),
-    "router_logit_bias": ("route_bias", 0), "experts_gate_bias": ("bias", 0),
-    "experts_up_bias": ("bias", 0), "experts_down_bias": ("bias", 0)})
-INIT.register("attention")({"sinks": ("sink", 0)})
-INIT.register("rope", "add")({})
+INIT.register("add")({})
 
 
 def _residual_writers(layer) -> set[str]:

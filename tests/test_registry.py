@@ -76,3 +76,55 @@ def test_the_start_up_check_names_a_state_table_a_kind_lacks(monkeypatch):
         + STEPPING.home]
     with pytest.raises(MissingRuleError, match="1 rule"):
         registry.check_complete(kinds)
+
+
+def test_the_start_up_check_names_a_library_kind_without_its_geometry_or_import(monkeypatch):
+    """GEOMETRIES and LIBRARIES are needed by the kinds with a kernel library
+    (``Op.LIBRARY``), keyed by the library's name, not the kind's."""
+    import megakernel.kinds  # noqa: F401
+    from megakernel.backends.pallas_tpu.codegen.declare import LIBRARIES
+    from megakernel.compiler.plan_json import GEOMETRIES
+
+    kinds = dict(OP_KINDS.items())
+    libraries = {cls.LIBRARY for cls in kinds.values()} - {None}
+    assert libraries == {"attention", "moe", "mla", "gdn"}
+    assert libraries <= GEOMETRIES.kinds() and libraries <= LIBRARIES.kinds()
+    monkeypatch.delitem(GEOMETRIES._rules, "gdn")
+    monkeypatch.delitem(LIBRARIES._rules, "gdn")
+    assert registry.gaps(kinds) == [
+        "no geometry record rule for op kind 'gated_deltanet' (it has a kernel library) under "
+        f"'gdn': register one in {GEOMETRIES.home}",
+        "no library import rule for op kind 'gated_deltanet' (it has a kernel library) under "
+        f"'gdn': register one in {LIBRARIES.home}"]
+
+
+def test_adding_an_op_kind_names_every_registry():
+    """docs/architecture.md's "Adding an op kind" says where each registry's
+    rule of a new kind goes: every registry of the package is named there."""
+    import re
+    import sys
+    from pathlib import Path
+
+    import megakernel.kinds  # noqa: F401 - every registry created
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    section = text.split("## Adding an op kind", 1)[1]
+    named = set(re.findall(r"`([A-Z_]+)`", section))
+    found = {var for name, mod in list(sys.modules.items()) if name.startswith("megakernel.")
+             for var, value in vars(mod).items() if isinstance(value, Registry) and var.isupper()}
+    assert found - named == set()
+
+
+def test_an_override_a_kind_owns_takes_the_values_its_rule_registers(monkeypatch):
+    from megakernel.compiler.kind_mla import FORMS
+    from megakernel.compiler.request import KIND_OVERRIDES, Overrides
+    from megakernel.errors import PlanningError
+
+    assert Overrides(mla_form="expanded").mla_form == "expanded"
+    with pytest.raises(PlanningError, match=r"mla_form='fused' is not one of \['absorbed', "
+                                            r"'expanded'\]"):
+        Overrides(mla_form="fused")
+    assert KIND_OVERRIDES("mla_form") == FORMS
+    monkeypatch.delitem(KIND_OVERRIDES._rules, "mla_form")
+    with pytest.raises(MissingRuleError, match="no override rule for op kind 'mla_form'"):
+        Overrides(mla_form="expanded")

@@ -39,7 +39,7 @@ one-period cut 45.70 against 45.18; at 4 steps per call 46.00 against
 46.08). One set of GDN buffers for the run replaces three: 2.10 MiB less
 declared than with the 4 layers unrolled (47.36 MiB planned, 47.03
 compiled), but the nested loop holds about 1 MiB more values
-(layout.RUN_LOOP_VALUES). The plan was 1.07 MiB high while it sized the
+(layout.RUN_LOOP_VALUES, the dense MLP's rule). The plan was 1.07 MiB high while it sized the
 Gated DeltaNet layers' 3-row conv history and 4-row conv taps as 16-row
 bf16 tiles (Mosaic gives a short scratch array a short tile,
 layout.scratch_bytes) and its values model charged 23 KiB per folded ring

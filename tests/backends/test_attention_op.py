@@ -1,4 +1,5 @@
-"""attention.attend in a minimal grid-less pallas_call vs models.reference.attention.
+"""attention.attend in a minimal grid-less pallas_call vs the reference
+(models.kind_attention.attention).
 
 Strict interpret mode (race detection, OOB reads raise, NaN-filled scratch);
 cache positions past start+T are NaN in the kernel's input so any read of them
@@ -22,7 +23,7 @@ from megakernel.backends.pallas_tpu.kernels import appended_state as new_rows
 from megakernel.backends.pallas_tpu.codegen.declare import allocation
 from megakernel.ir.ops import Attention
 from megakernel.backends.pallas_tpu.check.against_reference import interpret_params as interpret, races_found
-from megakernel.models import reference as R
+from megakernel.models import kind_attention, reference as R
 
 
 def build(g: A.AttentionGeometry, layers: int, loop: int, interp):
@@ -100,7 +101,7 @@ def run_case(batch, tokens, kv_heads, group, head_dim, kv_tile, seq_tiles, windo
         shape = (batch, S, kv_heads, head_dim)
         caches = {"x.a.k": want_k[l].reshape(shape), "x.a.v": want_v[l].reshape(shape)}
         ctx = R._Ctx(batch, tokens, positions, caches, "x.")
-        want_out.append(R.attention(op, jnp.asarray(q[i, :rows]), jnp.asarray(k[i, :rows]),
+        want_out.append(kind_attention.attention(op, jnp.asarray(q[i, :rows]), jnp.asarray(k[i, :rows]),
                                     jnp.asarray(v[i, :rows]), ctx, name,
                                     {"sinks": jnp.asarray(sink[0])}))
         want_k = want_k.at[l].set(ctx.caches["x.a.k"].reshape(batch, S, -1))

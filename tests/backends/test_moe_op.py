@@ -1,4 +1,4 @@
-"""moe.moe_routed in a minimal grid-less pallas_call vs models.reference.moe.
+"""moe.moe_routed in a minimal grid-less pallas_call vs the reference (models.kind_moe.moe).
 
 Each simulated core (expert parallel: a slice of the experts at an offset;
 tensor parallel: a slice of every expert's intermediate) runs its own kernel in
@@ -20,7 +20,7 @@ from megakernel.backends.pallas_tpu.codegen.declare import allocation
 from megakernel.ir.ops import MoE
 from megakernel.backends.pallas_tpu.kernels import blocks as rt
 from megakernel.backends.pallas_tpu.check.against_reference import interpret_params as interpret, races_found
-from megakernel.models import reference as R
+from megakernel.models import kind_moe
 
 
 def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
@@ -99,7 +99,7 @@ def run_case(rows, experts, top_k, scoring, bias, renorm, slots, ep, tp, chunks,
         l = layer + i
         p = {"router": router, "router_bias": jnp.asarray(rbias), "experts_gate": wg[l],
              "experts_up": wu[l], "experts_down": wd[l]}
-        want = np.asarray(R.moe(op, p, jnp.asarray(x[i, :rows])))
+        want = np.asarray(kind_moe.moe(op, p, jnp.asarray(x[i, :rows])))
         scale = max(1.0, float(np.max(np.abs(want))))
         # bf16: h is rounded to bf16 before `down`, and a 1-ulp f32 difference
         # (other summation order) can flip that rounding; a wrong expert is O(1).
@@ -145,7 +145,7 @@ def test_moe_group_ties_pick_lowest_group_and_expert(bias):
 
 
 def test_group_limit_reference_against_numpy():
-    """models.reference.route with groups against a NumPy transcription of the
+    """models.kind_moe.route with groups against a NumPy transcription of the
     README's routing facts (HF DeepseekV3TopkRouter order)."""
     rng = np.random.default_rng(3)
     n, E, G, KG, K, H = 9, 16, 4, 2, 3, 32
@@ -154,7 +154,7 @@ def test_group_limit_reference_against_numpy():
     x = rng.standard_normal((n, H)).astype(np.float32)
     p = {"router": jnp.asarray(rng.standard_normal((H, E)).astype(np.float32) / 4),
          "router_bias": jnp.asarray(0.1 * rng.standard_normal(E).astype(np.float32))}
-    ids, w = R.route(op, p, jnp.asarray(x))
+    ids, w = kind_moe.route(op, p, jnp.asarray(x))
     s = 1 / (1 + np.exp(-(x.astype(np.float64) @ np.asarray(p["router"], np.float64))))
     b = s + np.asarray(p["router_bias"], np.float64)
     for t in range(n):

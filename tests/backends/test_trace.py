@@ -70,9 +70,9 @@ def _routed_experts(model, weights, tokens, t):
     logged step (the same tokens at positions t.., after a step at 0..)."""
     import jax.numpy as jnp
 
-    from megakernel.models import reference
+    from megakernel.models import kind_moe, reference
 
-    picked, real_route = {}, reference.route
+    picked, real_route = {}, kind_moe.route
 
     def recording(op, p, x, margins=None):
         ids, w = real_route(op, p, x, margins)
@@ -84,11 +84,11 @@ def _routed_experts(model, weights, tokens, t):
     caches = reference.init_caches(model, b)
     _, caches = reference.decode_step(model, w, jnp.asarray(tokens), jnp.zeros((b,), jnp.int32),
                                       caches)
-    reference.route = recording
+    kind_moe.route = recording
     try:
         reference.decode_step(model, w, jnp.asarray(tokens), jnp.full((b,), t, jnp.int32), caches)
     finally:
-        reference.route = real_route
+        kind_moe.route = real_route
     moe_layers = [i for i, layer in enumerate(model.layers)
                   if any(n.op.kind == "moe" for n in layer.nodes)]
     return dict(zip(moe_layers, picked.values()))

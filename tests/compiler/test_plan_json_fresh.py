@@ -15,7 +15,13 @@ def test_plans_of_every_library_load_in_a_fresh_process(tmp_path):
 
     for name, model in (("mla", mla()), ("moe", zoo.model("tiny-moe"))):
         path = tmp_path / f"{name}.json"
-        path.write_text(plan_model(model, devices=2, batch=1, tokens=1).to_json())
+        plan = plan_model(model, devices=2, batch=1, tokens=1)
+        # Each geometry is filed under its kind's Op.LIBRARY, the name the
+        # start-up check holds GEOMETRIES and LIBRARIES to.
+        assert plan.memory.geometries and all(
+            og.library == type(model.stacks[og.stack].layer.node(og.node).op).LIBRARY
+            for og in plan.memory.geometries)
+        path.write_text(plan.to_json())
         code = ("import sys; from pathlib import Path; from megakernel.compiler.plan import Plan; "
                 "Plan.from_json(Path(sys.argv[1]).read_text())")
         proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,

@@ -20,7 +20,7 @@ from megakernel.backends.pallas_tpu.check.against_reference import ROUTE_TIE
 from megakernel.compiler.pipeline import plan_model
 from megakernel.ir.config import ModelConfig, MoEConfig, build
 from megakernel.ir.weight_kinds import Quantize
-from megakernel.models import reference
+from megakernel.models import kind_moe, reference
 from megakernel.models.weights import init_weights
 from tests.e2e.drawn import assert_plan_matches_reference
 
@@ -35,11 +35,11 @@ CARD = ModelConfig(
 
 def test_selection_margin_is_the_gap_below_the_last_chosen_score():
     select = jnp.asarray([[0.9, 0.1, 0.5, 0.45], [1.0, 0.25, -jnp.inf, -jnp.inf]])
-    np.testing.assert_allclose(reference.selection_margin(select, 2)[0], 0.05, rtol=1e-6)
-    np.testing.assert_allclose(reference.selection_margin(select, 1), [0.4, 0.75], rtol=1e-6)
+    np.testing.assert_allclose(kind_moe.selection_margin(select, 2)[0], 0.05, rtol=1e-6)
+    np.testing.assert_allclose(kind_moe.selection_margin(select, 1), [0.4, 0.75], rtol=1e-6)
     # Nothing eligible left out (masked groups, or k = every expert): no tie.
-    assert np.isinf(reference.selection_margin(select, 2)[1])
-    assert np.isinf(reference.selection_margin(select, 4)).all()
+    assert np.isinf(kind_moe.selection_margin(select, 2)[1])
+    assert np.isinf(kind_moe.selection_margin(select, 4)).all()
 
 
 def test_the_drawn_near_tie_is_found_by_the_reference():

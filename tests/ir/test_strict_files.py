@@ -58,6 +58,9 @@ BAD_CARDS = [
     (dict(vocab_size=2**40), "config.vocab_size: expected a value <= 4194304"),
     (dict(num_layers=10**7), "config.num_layers: expected a value <= 1024"),
     (dict(colour="blue", shade=2), "unknown fields ['colour', 'shade']"),
+    # The size formula of the mla mixer (ir/kind_mla.py) names the missing block
+    # (was a KeyError from ir/sizes.py's table of mixers).
+    (dict(layer_types=["mla"] * 3), "mla: the mixer is 'mla' but the card has no mla block"),
 ]
 
 

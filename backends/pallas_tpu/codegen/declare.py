@@ -22,12 +22,18 @@ from megakernel import dtypes
 from megakernel.compiler.buffers import Space
 from megakernel.compiler.shard_formats import scale_name
 from megakernel.errors import EmitError
+from megakernel.registry import Registry
 
 # The kernel's three groups of refs (runtime.bind), by the plan buffer's role.
 GROUPS = {"operand": "inputs", "output": "outputs", "scratch": "scratch"}
 SEMAPHORES = {"dma_semaphore": "pltpu.SemaphoreType.DMA",
               "semaphore": "pltpu.SemaphoreType.REGULAR"}
-LIBRARY_ALIASES = {"attention": "attn_lib", "moe": "moe_lib"}
+# Kernel library (``Op.LIBRARY``) -> the name the generated module imports it
+# as (``from megakernel.backends.pallas_tpu.kernels import attention as attn_lib``),
+# registered with the kind's emitter.
+LIBRARIES: Registry = Registry("library import", "backends/pallas_tpu/codegen/kind_*.py",
+                               per_op_kind=False, needed_by=lambda cls: cls.LIBRARY is not None,
+                               need="it has a kernel library", key_of=lambda cls: cls.LIBRARY)
 
 
 def literal(value) -> str:
@@ -235,7 +241,7 @@ def scratch_lines(plan) -> list[tuple[str, str, str]]:
 
 
 def library_alias(library: str) -> str:
-    return LIBRARY_ALIASES.get(library, f"{library}_lib")
+    return LIBRARIES(library, f"kernel library {library!r}")
 
 
 def geometry_name(g) -> str:

@@ -170,13 +170,6 @@ def _parity(offset: int, terms) -> str:
     return f"(1 + {' + '.join(odd)}) % 2"
 
 
-@EMITTERS.register("rmsnorm")
-def _rmsnorm(c: StackCtx, n) -> list[str]:
-    op = n.op
-    return [f"{v(n.outputs[0])} = rt.rmsnorm({v(n.inputs[0])}, {c.vec(n.name + '.weight')}, "
-            f"dim={literal(op.dim)}, eps={literal(op.eps)}, offset={literal(op.offset)})"]
-
-
 @EMITTERS.register("linear")
 def _linear(c: StackCtx, n) -> list[str]:
     out = n.outputs[0]
@@ -185,97 +178,6 @@ def _linear(c: StackCtx, n) -> list[str]:
     if n.op.bias:
         lines.append(f"{v(out)} = {v(out)} + {c.vec(n.name + '.bias')}")
     return lines
-
-
-@EMITTERS.register("rope")
-def _rope(c: StackCtx, n) -> list[str]:
-    op = n.op
-    heads = c.shard.width(n.inputs[0]) // op.head_dim
-    table = declare.ref(c.plan, f"s{c.s}.{n.name}.inv_freq")
-    factor = op.attention_factor()
-    extra = f", factor={literal(factor)}" if factor != 1.0 else ""
-    return [f"{v(n.outputs[0])} = rt.rope({v(n.inputs[0])}, pos, {table}[...], "
-            f"heads={literal(heads)}, head_dim={literal(op.head_dim)}, "
-            f"rotary_dim={literal(op.rotary_dim)}{extra})"]
-
-
-@EMITTERS.register("attention")
-def _attention(c: StackCtx, n) -> list[str]:
-    q, kk, vv = (v(t) for t in n.inputs)
-    lib = c.library("attention")
-    sinks = f", sinks={c.vec(n.name + '.sinks')}" if n.op.sinks else ""
-    # The first window and KV tile of a repetition are started a layer ahead.
-    state, prefetch = c.ahead(lib, n.name, "kv", "KV tile")
-    return [f"{v(n.outputs[0])} = {lib}.attend({c.geometry(n.name)}, {q}, {kk}, {vv}, {state}"
-            f"{sinks}{c.stopped()})"] + ([prefetch] if prefetch else [])
-
-
-@EMITTERS.register("mlp")
-def _mlp(c: StackCtx, n) -> list[str]:
-    op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
-    width = c.shard.param(f"{n.name}.up").shape[1]
-    act = literal(op.activation.value)
-    if op.gated:      # stream order: gate, up, down
-        lines = [c.linear("gate", x, f"{n.name}.gate", width),
-                 c.linear("up", x, f"{n.name}.up", width),
-                 f"act = rt.activation({act}, gate) * up"]
-    else:
-        lines = [c.linear("up", x, f"{n.name}.up", width), f"act = rt.activation({act}, up)"]
-    lines.append(c.linear(v(out), "act", f"{n.name}.down", c.shard.width(out)))
-    return lines
-
-
-@EMITTERS.register("moe")
-def _moe(c: StackCtx, n) -> list[str]:
-    op, x, out = n.op, v(n.inputs[0]), n.outputs[0]
-    bias = c.vec(f"{n.name}.router_bias") if op.correction_bias else "None"
-    _, _, tp, _, _ = next(e for e in c.shard.experts if e[0] == n.name)
-    lib = c.library("moe")
-    experts = ", ".join(c.hbm(f"{n.name}.experts_{p}") for p in ("gate", "up", "down"))
-    extra = ""
-    if op.router_logit_bias:
-        extra += f", logit_bias={c.vec(n.name + '.router_logit_bias')}"
-    if c.shard.param(f"{n.name}.experts_gate").format != "plain":    # their scales' operands
-        scales = ", ".join(c.hbm(scale_name(f"{n.name}.experts_{p}")) for p in ("gate", "up", "down"))
-        extra += f", experts_scales=({scales})"
-    if op.expert_bias:      # the down biases once per group sharing an expert
-        tables = ", ".join(c.vec(f"{n.name}.experts_{p}_bias") for p in ("gate", "up", "down"))
-        extra += f", biases=({tables})"
-        if tp > 1:          # one core of each group adds them (every core when tp is 1)
-            extra += f", bias_here=(me % {literal(tp)} == 0)"
-    # The router logits stream through the ring like any linear's output, one
-    # weight chunk at a time: a router assembled as one value ([7168, 384] bf16
-    # for Kimi-K2, 5.25 MiB) was held whole in VMEM beside the plan.
-    # A profile build runs the cost model's count of expert items (profile_kernel.py).
-    e = next(e for e in c.plan.memory.experts if e.stack == c.s and e.node == n.name)
-    extra += f", static_items={literal(e.max_distinct * e.chunks)} if PROFILE_EXPERT_ITEMS else None"
-    lines = [c.linear("router_logits", x, f"{n.name}.router", op.num_experts),
-             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router_logits, {bias}, "
-             f"{experts}, k, {first_expert(c, n.name)}, {c.buffers(n.name)}{extra})"]
-    if op.num_shared_experts:
-        width = c.shard.param(f"{n.name}.shared_up").shape[1]
-        lines += [c.linear("gate", x, f"{n.name}.shared_gate", width),
-                  c.linear("up", x, f"{n.name}.shared_up", width),
-                  f"act = rt.activation({literal(op.activation.value)}, gate) * up",
-                  c.linear("shared", "act", f"{n.name}.shared_down", c.shard.width(out))]
-        if op.shared_expert_gate:    # sigmoid(x . w) per row, x in the weight's dtype
-            lines.append(f"shared = shared * rt.row_gate({x}, "
-                         f"{c.vec(n.name + '.shared_expert_gate')}, {literal(model_dtype(c))})")
-        lines.append(f"{v(out)} = {v(out)} + shared")
-    return lines
-
-
-def first_expert(c: StackCtx, node: str) -> str:
-    """The global id of this core's first local expert of MoE ``node``: its
-    expert group's (the core's index over the ``tp`` cores sharing a group,
-    times the experts per core), 0 without expert parallelism. The variable
-    is set before the step (``frame.prologue_lines``)."""
-    _, ep, _, _, _ = next(e for e in c.shard.experts if e[0] == node)
-    return f"first_expert_s{c.s}_{node}" if ep > 1 else "0"
-
-
-def model_dtype(c: StackCtx) -> str:
-    return c.model.dtype.value
 
 
 @EMITTERS.register("add")

@@ -1,6 +1,6 @@
 """The emitter table: one rule per op kind, (stack context, node) -> the source
-lines of its op inside a stack's layer body (emit.py registers the core kinds,
-kind_*.py the others). Kept apart from emit.py so the modules emit.py calls
+lines of its op inside a stack's layer body (kind_*.py registers each kind's;
+emit.py the projection's and the residual add's). Kept apart from emit.py so the modules emit.py calls
 (the prologue and epilogue, the stack loops) read the table without importing
 emit.py back."""
 

@@ -8,9 +8,12 @@ commits after the call (``COMMITS``: backends/pallas_tpu/kernels/state_commit.py
 from __future__ import annotations
 
 from megakernel.backends.pallas_tpu.kernels.state_commit import COMMITS
-from megakernel.backends.pallas_tpu.codegen.declare import ref
+from megakernel.backends.pallas_tpu.codegen.declare import LIBRARIES, ref
 from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS, StackCtx, v
 from megakernel.backends.pallas_tpu.kernels.gdn import STATES
+
+
+LIBRARIES.register("gdn")("gdn_lib")
 
 
 @EMITTERS.register("gated_deltanet")

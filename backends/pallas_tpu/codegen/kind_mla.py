@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from megakernel.backends.pallas_tpu.kernels import mla  # noqa: F401 - registers MLAGeometry for plan.json
 from megakernel.backends.pallas_tpu.codegen import declare
-from megakernel.backends.pallas_tpu.codegen.declare import literal
+from megakernel.backends.pallas_tpu.codegen.declare import LIBRARIES, literal
 from megakernel.backends.pallas_tpu.codegen.emit import EMITTERS, StackCtx, v
+
+
+LIBRARIES.register("mla")("mla_lib")
 
 
 @EMITTERS.register("mla")

@@ -59,7 +59,7 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
               f"NUM_BANKS, SEGMENTS, ring_weights, {aux}sync=SYNCHRONISED{steps}, "
               "static_sems=STATIC_RING_SEMAPHORES)",
               "stream.prologue()   # first NUM_BANKS tiles of the step in flight"]
-    for c in ctxs:       # each core's first expert (emit.first_expert): me // tp < ep
+    for c in ctxs:       # each core's first expert (kind_moe.first_expert): me // tp < ep
         for node, ep, tp, local, _ in c.shard.experts:
             if ep > 1:
                 group = "me" if tp == 1 else f"(me // {literal(tp)})"

@@ -1,8 +1,8 @@
-"""The attention family of core op kinds: ``Rope`` and ``Attention``.
+"""Attention and rotary embedding: the ``Rope`` and ``Attention`` op kinds.
 
-After import: both classes exist; ir/ops.py, which imports this module,
-registers them in ``OP_KINDS`` (kinds ``rope`` and ``attention``) and
-re-exports them, so ``megakernel.ir.ops.Attention`` still names them.
+After import: both classes are registered in ``OP_KINDS`` (kinds ``rope``
+and ``attention``); ir/ops.py re-exports them, so ``megakernel.ir.ops.Attention``
+still names them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 
 from megakernel.ir import limits
-from megakernel.ir.op_base import Op, _expect_shapes
+from megakernel.ir.op_base import OP_KINDS, Op, _expect_shapes
 from megakernel.ir.op_fields import HeadDim, Heads, Positions, _fail
 from megakernel.ir.rope_scaling import RopeScaling, rope_attention_factor, rope_inv_freq
 from megakernel.ir.schema import Bool, Float, Int, node
@@ -65,6 +65,7 @@ class Attention(Op):
     denominator only, ``p_j = e^s_j / (sum_k e^s_k + e^sink)`` (gpt-oss)."""
 
     kind: ClassVar[str] = "attention"
+    LIBRARY: ClassVar[str | None] = "attention"
     STATE_ACCESS: ClassVar[frozenset[str]] = frozenset({APPEND})
     num_q_heads: Heads
     num_kv_heads: Heads
@@ -102,3 +103,7 @@ class Attention(Op):
         kv = (self.num_kv_heads * self.head_dim,)
         _expect_shapes(self, inputs, (q, kv, kv))
         return (q,)
+
+
+for _cls in (Rope, Attention):
+    OP_KINDS.register(_cls.kind)(_cls)

@@ -1,8 +1,7 @@
-"""The feed-forward family of core op kinds: ``MLP`` and ``MoE``.
+"""Mixture of experts: the ``MoE`` op kind.
 
-After import: both classes exist; ir/ops.py, which imports this module,
-registers them in ``OP_KINDS`` (kinds ``mlp`` and ``moe``) and re-exports
-them, so ``megakernel.ir.ops.MoE`` still names them.
+After import: ``MoE`` is registered in ``OP_KINDS`` (kind ``moe``); ir/ops.py
+re-exports it.
 """
 
 from __future__ import annotations
@@ -10,33 +9,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 from megakernel.ir import limits
-from megakernel.ir.op_base import Op, _expect_shapes
+from megakernel.ir.op_base import OP_KINDS, Op, _expect_shapes
 from megakernel.ir.op_fields import Activation, Dim, Scoring, _fail
 from megakernel.ir.schema import Bool, Float, Int, node
 from megakernel.ir.types import DType, ParamSpec
-
-
-@node
-class MLP(Op):
-    """Feed-forward block: down(act(gate(x)) * up(x)) when ``gated`` (SwiGLU,
-    GeGLU), else down(act(up(x)))."""
-
-    kind: ClassVar[str] = "mlp"
-    hidden: Dim
-    intermediate: Dim
-    activation: Activation = Activation.SILU
-    gated: Bool = True
-
-    def params(self, dtype):
-        h, i = self.hidden, self.intermediate
-        p = {"up": ParamSpec((h, i), dtype), "down": ParamSpec((i, h), dtype)}
-        if self.gated:
-            p = {"gate": ParamSpec((h, i), dtype), **p}
-        return p
-
-    def infer(self, inputs):
-        _expect_shapes(self, inputs, ((self.hidden,),))
-        return ((self.hidden,),)
 
 
 @node
@@ -63,6 +39,7 @@ class MoE(Op):
     """
 
     kind: ClassVar[str] = "moe"
+    LIBRARY: ClassVar[str | None] = "moe"
     hidden: Dim
     num_experts: Int(1, limits.MAX_EXPERTS)
     top_k: Int(1, limits.MAX_EXPERTS)
@@ -140,3 +117,6 @@ class MoE(Op):
     def infer(self, inputs):
         _expect_shapes(self, inputs, ((self.hidden,),))
         return ((self.hidden,),)
+
+
+OP_KINDS.register(MoE.kind)(MoE)

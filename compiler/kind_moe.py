@@ -1,0 +1,98 @@
+"""Sharding, buffer, cost and constant rules of mixture of experts (ir/kind_moe.py).
+
+Sharding: experts over ``ep`` groups of cores and each expert's intermediate
+width over the ``cores // ep`` cores of a group (the plan's ``moe_parallel``
+choice); the router is replicated, shared experts split like a dense MLP.
+Buffers: the kernel library's expert slots (compiler/geometry/moe.py). Cost:
+the chosen experts' tiles fetched into the slots and their matmuls.
+"""
+
+from __future__ import annotations
+
+from megakernel.compiler.buffers import Kind
+from megakernel.compiler.cost import COST, _bw, format_factor
+from megakernel.compiler.geometry import moe
+from megakernel.compiler.plan_buffers import BUFFERS, OpCtx, OpLayout
+from megakernel.compiler.plan_operands import CONSTANTS
+from megakernel.compiler.shard_pass import SHARDING, LayerSharding, ShardRule, lane_split, on_axis
+from megakernel.compiler.shard_records import Split
+from megakernel.ir.graph import OpNode
+
+
+def _moe(ls: LayerSharding, node: OpNode):
+    op, ep = node.op, ls.ep
+    ls.full(node, node.inputs[0])
+    tp = ls.cores // ep
+    per = Split(0, ep, tp, op.num_experts // ep, op.num_experts // ep)
+    width = lane_split(op.expert_intermediate, tp)
+    role = f"experts over {ep} groups, intermediate over {tp} cores"
+    h, e, i = op.hidden, op.num_experts, op.expert_intermediate
+    ls.param(node, "router", (h, e), (), "ring", "replicated")
+    if op.correction_bias:
+        ls.param(node, "router_bias", (e,), (), "vector", "replicated", "float32")
+    if op.router_logit_bias:
+        ls.param(node, "router_logit_bias", (e,), (), "vector", "replicated")
+    ls.param(node, "experts_gate", (e, h, i), (per, on_axis(width, 2)), "experts", role)
+    ls.param(node, "experts_up", (e, h, i), (per, on_axis(width, 2)), "experts", role)
+    ls.param(node, "experts_down", (e, i, h), (per, on_axis(width, 1)), "experts", role)
+    if op.expert_bias:
+        # Small [experts, width] tables, whole per layer: the kernel picks an
+        # expert's row by a masked sum, and adds the down bias on one core of
+        # each intermediate split only.
+        for part in ("gate", "up"):
+            ls.param(node, f"experts_{part}_bias", (e, i), (per, on_axis(width, 1)), "vector",
+                     role)
+        ls.param(node, "experts_down_bias", (e, h), (per,), "vector",
+                 f"experts over {ep} groups; added once per group")
+    if op.num_shared_experts:
+        s = lane_split(op.shared_width, ls.cores)
+        ls.param(node, "shared_gate", (h, op.shared_width), (on_axis(s, 1),), "ring",
+                 "columns of shared")
+        ls.param(node, "shared_up", (h, op.shared_width), (on_axis(s, 1),), "ring",
+                 "columns of shared")
+        ls.param(node, "shared_down", (op.shared_width, h), (on_axis(s, 0),), "ring",
+                 "rows of shared")
+        if op.shared_expert_gate:   # scales a partial sum per token: still a partial sum
+            ls.param(node, "shared_expert_gate", (h,), (), "vector", "replicated")
+    ls.experts.append((node.name, ep, tp, op.num_experts // ep, width.padded))
+    return ls.partial
+
+
+SHARDING.register("moe")(ShardRule(_moe))
+
+
+@BUFFERS.register("moe")
+def _moe_buffers(cx: OpCtx, node) -> OpLayout:
+    op, s = node.op, cx.ss.stack
+    _, _, _, local, width = next(e for e in cx.ss.experts if e[0] == node.name)
+    es = next(e for e in cx.experts if e.stack == s and e.node == node.name)
+    g = moe.MoEGeometry(
+        rows=cx.rows, rows_padded=cx.rows_padded, hidden=op.hidden,
+        num_experts=op.num_experts, experts_local=local, inter_local=width, top_k=op.top_k,
+        scoring=op.scoring.value, correction_bias=op.correction_bias,
+        renormalize=op.renormalize, routed_scaling=op.routed_scaling,
+        activation=op.activation.value, slots=es.slots,
+        dtype=es.dtype if es.format == "plain" else cx.model.dtype.value, chunk=es.chunk,
+        router_logit_bias=op.router_logit_bias, expert_bias=op.expert_bias,
+        swiglu_limit=op.swiglu_limit, swiglu_alpha=op.swiglu_alpha,
+        n_group=op.n_group, topk_group=op.topk_group,
+        fmt="" if es.format == "plain" else es.format)
+    return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS, moe.value_bytes(g, cx.ss, node))
+
+
+@COST.register("moe")
+def _moe_cost(cx, node, ph: dict) -> dict:
+    c = cx.target.constants
+    e = next(x for x in cx.memory.experts if x.stack == cx.ss.stack and x.node == node.name)
+    fetches = e.max_distinct * e.chunks
+    bw = _bw(cx.target, cx.ring + e.slots)
+    return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,
+                floor_bytes=ph["floor_bytes"] + e.bytes_per_layer,
+                flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk
+                * format_factor(e.format),
+                outstanding=cx.ring + e.slots,
+                overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
+                stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")
+
+
+CONSTANTS.register("moe")(lambda op: {})

@@ -1,0 +1,35 @@
+"""Sharding, buffer, cost and constant rules of RMSNorm (ir/ops.py).
+
+Sharding: the norm reads its input whole, or split in slices that keep its
+groups (a per-head norm over heads split by cores) and passes the split
+its reader wishes for on to its input; its weight is replicated. It asks for
+no buffers and no constants, and costs one vector op.
+"""
+
+from __future__ import annotations
+
+from megakernel.compiler.cost import COST, vector_op_cost
+from megakernel.compiler.plan_buffers import BUFFERS, OpLayout
+from megakernel.compiler.plan_operands import CONSTANTS
+from megakernel.compiler.shard_pass import SHARDING, LayerSharding, ShardRule, _pass_wish
+from megakernel.compiler.shard_records import Split
+from megakernel.errors import ShardingError
+from megakernel.ir.graph import OpNode
+
+
+def _rmsnorm(ls: LayerSharding, node: OpNode):
+    op, s = node.op, ls.full(node, node.inputs[0])
+    if isinstance(s, Split) and s.stride % op.dim:
+        raise ShardingError(f"dim={op.dim} norm reads a tensor split over cores in "
+                            f"slices of {s.stride} features, which cut its groups",
+                            path="dim", hint="use a core count that keeps whole groups")
+    ls.param(node, "weight", (op.dim,), (), "vector", "replicated")
+    return s
+
+
+SHARDING.register("rmsnorm")(ShardRule(_rmsnorm, _pass_wish))
+
+
+BUFFERS.register("rmsnorm")(lambda cx, node: OpLayout())
+COST.register("rmsnorm")(vector_op_cost)
+CONSTANTS.register("rmsnorm")(lambda op: {})

@@ -1,0 +1,40 @@
+"""The dense feed-forward block: the ``MLP`` op kind.
+
+After import: ``MLP`` is registered in ``OP_KINDS`` (kind ``mlp``); ir/ops.py
+re-exports it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from megakernel.ir.op_base import OP_KINDS, Op, _expect_shapes
+from megakernel.ir.op_fields import Activation, Dim
+from megakernel.ir.schema import Bool, node
+from megakernel.ir.types import ParamSpec
+
+
+@node
+class MLP(Op):
+    """Feed-forward block: down(act(gate(x)) * up(x)) when ``gated`` (SwiGLU,
+    GeGLU), else down(act(up(x)))."""
+
+    kind: ClassVar[str] = "mlp"
+    hidden: Dim
+    intermediate: Dim
+    activation: Activation = Activation.SILU
+    gated: Bool = True
+
+    def params(self, dtype):
+        h, i = self.hidden, self.intermediate
+        p = {"up": ParamSpec((h, i), dtype), "down": ParamSpec((i, h), dtype)}
+        if self.gated:
+            p = {"gate": ParamSpec((h, i), dtype), **p}
+        return p
+
+    def infer(self, inputs):
+        _expect_shapes(self, inputs, ((self.hidden,),))
+        return ((self.hidden,),)
+
+
+OP_KINDS.register(MLP.kind)(MLP)
