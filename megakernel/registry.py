@@ -13,10 +13,10 @@ Adding an op kind is therefore a list of registrations (docs/architecture.md,
 Each kind brings one module per layer (``ir/kind_*.py``,
 ``models/kind_*.py``, ...), imported by that layer's package ``__init__``;
 only the projection (``linear``) and the residual ``add``, which every layer
-is made of, register in the stage modules themselves. The registry imports nothing above it: the
-entry points (the CLI, the test kit's pytest plugin, bench) import
-``megakernel.kinds``, which imports every layer and then checks, with
-``check_complete``, that every kind has every rule it needs.
+is made of, register in the stage modules themselves. The registry imports
+nothing above it: the entry points (the CLI, the test kit's pytest plugin,
+bench) import ``megakernel.kinds``, which imports every layer and then
+checks, with ``check_complete``, that every kind has every rule it needs.
 """
 
 from __future__ import annotations
