@@ -126,5 +126,21 @@ def test_an_override_a_kind_owns_takes_the_values_its_rule_registers(monkeypatch
         Overrides(mla_form="fused")
     assert KIND_OVERRIDES("mla_form") == FORMS
     monkeypatch.delitem(KIND_OVERRIDES._rules, "mla_form")
-    with pytest.raises(MissingRuleError, match="no override rule for op kind 'mla_form'"):
+    with pytest.raises(MissingRuleError, match="no override rule for override field 'mla_form' "
+                                               r"\(overrides.mla_form\)") as info:
         Overrides(mla_form="expanded")
+    assert "override fields with one" in info.value.hint
+
+
+def test_a_table_keyed_by_something_else_names_its_keys():
+    """The geometry and library tables are keyed by kernel library names, not op kinds."""
+    from megakernel.backends.pallas_tpu.codegen.declare import LIBRARIES, library_alias
+    from megakernel.compiler.plan_json import GEOMETRIES
+
+    for table in (GEOMETRIES, LIBRARIES):
+        with pytest.raises(MissingRuleError, match=f"no {table.rule} rule for kernel library "
+                                                   "'ssm'"):
+            table("ssm")
+    with pytest.raises(MissingRuleError) as info:
+        library_alias("ssm")
+    assert info.value.message == "no library import rule for kernel library 'ssm'"
