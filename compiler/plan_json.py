@@ -25,7 +25,8 @@ from megakernel.registry import Registry
 GEOMETRIES: Registry = Registry("geometry record", "compiler/geometry/<library>.py",
                                 per_op_kind=False,
                                 needed_by=lambda cls: cls.LIBRARY is not None,
-                                need="it has a kernel library", key_of=lambda cls: cls.LIBRARY)
+                                need="it has a kernel library", key_of=lambda cls: cls.LIBRARY,
+                                keyed_by="kernel library")
 
 
 OMIT_DEFAULT = "omit_default"

@@ -20,7 +20,8 @@ DEFAULT_CONTEXT = 2048
 # Overrides of a choice one op kind's rules make (fields marked BY_KIND with
 # that kind): the override's name -> the values it may take, registered with
 # the kind's compiler rules (``mla_form``: compiler/kind_mla.py).
-KIND_OVERRIDES: Registry = Registry("override", "compiler/kind_*.py", per_op_kind=False)
+KIND_OVERRIDES: Registry = Registry("override", "compiler/kind_*.py", per_op_kind=False,
+                                    keyed_by="override field")
 BY_KIND = "by_kind"
 # Greedy steps one kernel call may run: step i's token goes to lane i of the
 # [rows, 128] token output, so at most one lane row of them.

@@ -1,9 +1,13 @@
-"""The layer templates of a card: the mixer table's attention and sliding
-attention and the FFN table (dense MLP, MoE), each a block builder appending
-ops to a ``LayerBuilder`` with its size formula, registered in the card's
-tables (ir/card.py; other mixers in their ir/kind_*.py module); ``layer``
+"""What every layer of a card is made of, whatever its mixer and FFN.
+
+``LayerBuilder`` appends ops to a layer in execution order (cards use it, and
+so can a hand-written graph); ``norm`` is the card's block norm; ``layer``
 makes one verified layer of a card (ir/config.py ``build`` calls it per
-layer).
+layer): the mixer's block, then the FFN's between its norms and the residual
+add. Each mixer and FFN is the card table's record (ir/card.py ``MIXERS``,
+``FFNS``) that its kind module registers: attention and sliding attention
+ir/kind_attention.py, the dense MLP ir/kind_mlp.py, MoE ir/kind_moe.py, MLA
+ir/kind_mla.py, Gated DeltaNet ir/kind_gdn.py.
 """
 
 from __future__ import annotations
@@ -11,12 +15,10 @@ from __future__ import annotations
 import functools
 
 from megakernel.errors import IRError, error_context
-from megakernel.ir import sizes
-from megakernel.ir.card import FFN, FFNS, MIXERS, Mixer, ModelConfig
+from megakernel.ir.card import FFNS, MIXERS, ModelConfig
 from megakernel.ir.graph import Layer, OpNode
-from megakernel.ir.kind_elementwise import Activate, Mul
-from megakernel.ir.kind_norm_parts import MeanSquare, RMSScale
-from megakernel.ir.ops import MLP, Activation, Add, Attention, Linear, MoE, Op, RMSNorm, Rope
+from megakernel.ir.kind_rmsnorm import RMSNorm
+from megakernel.ir.op_base import Add, Op
 from megakernel.ir.types import TensorSpec
 
 # Op fields whose card field has another name: an op's error says which card
@@ -67,122 +69,24 @@ class LayerBuilder:
         return Layer(kind, tuple(self.nodes), tuple(self.tensors.values()), "x", output)
 
 
-def _norm(c: ModelConfig, dim: int):
+def norm(c: ModelConfig, dim: int):
+    """The card's RMSNorm over ``dim`` features, as ``LayerBuilder.add`` takes it."""
     return lambda: RMSNorm(dim, c.norm_eps, c.norm_offset)
-
-
-def _qk_norm(c: ModelConfig, b: LayerBuilder, t: str, which: str) -> str:
-    """Per-head norm, or (``qk_norm_all_heads``) one over the whole projection,
-    in two parts so that its mean of squares can be summed over cores."""
-    if not c.qk_norm_all_heads:
-        return b.add(f"{which}_norm", _norm(c, c.head_dim), (t,), f"{which}_normed")
-    width = b.tensors[t].shape[0]
-    ms = b.add(f"{which}_ms", lambda: MeanSquare(width), (t,), f"{which}_ms")
-    return b.add(f"{which}_norm", lambda: RMSScale(width, c.norm_eps, c.norm_offset), (t, ms),
-                 f"{which}_normed")
-
-
-def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window, local: bool) -> str:
-    h, d = c.hidden_size, c.head_dim
-    q_dim, kv_dim = c.num_q_heads * d, c.num_kv_heads * d
-    theta, scaling = c.rope_theta, c.rope_scaling
-    if local and c.sliding_rope_theta is not None:
-        theta, scaling = c.sliding_rope_theta, None
-    rope = lambda heads: lambda: Rope(heads, d, theta, c.rotary_dim, scaling)  # noqa: E731
-
-    hn = b.add("input_norm", _norm(c, h), (x,), "h_attn") if c.pre_norms else x
-    q = b.add("q_proj", lambda: Linear(h, q_dim, c.qkv_bias), (hn,), "q")
-    if c.attn_output_gate:    # Hugging Face interleaves it with q_proj's rows per head
-        gate = b.add("gate_proj", lambda: Linear(h, q_dim, c.qkv_bias), (hn,), "gate")
-    k = b.add("k_proj", lambda: Linear(h, kv_dim, c.qkv_bias), (hn,), "k")
-    v = b.add("v_proj", lambda: Linear(h, kv_dim, c.qkv_bias), (hn,), "v")
-    if c.qk_norm:
-        q, k = _qk_norm(c, b, q, "q"), _qk_norm(c, b, k, "k")
-    q = b.add("q_rope", rope(c.num_q_heads), (q,), "q_rot")
-    k = b.add("k_rope", rope(c.num_kv_heads), (k,), "k_rot")
-    o = b.add("attention", lambda: Attention(c.num_q_heads, c.num_kv_heads, d,
-                                             c.softmax_scale, window, c.attn_logit_softcap,
-                                             c.attention_sinks),
-              (q, k, v), "attn")
-    if c.attn_output_gate:
-        gate = b.add("gate_act", lambda: Activate(Activation.SIGMOID), (gate,), "gate_sig")
-        o = b.add("attn_gate", Mul, (o, gate), "attn_gated")
-    o = b.add("o_proj", lambda: Linear(q_dim, h, c.o_bias), (o,), "attn_out")
-    if c.post_norms:
-        o = b.add("post_attn_norm", _norm(c, h), (o,), "attn_normed")
-    return b.add("attn_residual", Add, (x, o), "x_mid")
-
-
-def _attention_sizes(c: ModelConfig) -> tuple[int, int]:
-    """(weights, K/V-cache bytes of one sequence) of one attention mixer: its
-    block norms, q, k, v, o, biases, sinks, q/k norms and output gate."""
-    item, h, d = sizes.item_size(c), c.hidden_size, c.head_dim
-    q, kv = c.num_q_heads * d, c.num_kv_heads * d
-    attn = sizes.block_norms(c) + h * q + 2 * h * kv + q * h
-    attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + c.num_q_heads * c.attention_sinks
-    attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm
-    attn += (h * q + q * c.qkv_bias) * c.attn_output_gate
-    return attn * item, 2 * c.max_seq_len * kv * item
-
-
-# The mixer table (ir/card.py): a layer_types name -> its Mixer (Gated
-# DeltaNet's, "linear_attention", is ir/kind_gdn.py's, "mla" ir/kind_mla.py's).
-MIXERS.register("full_attention")(Mixer(
-    "", lambda c, b, x: _attention_block(c, b, x, c.sliding_window if c.layer_types is None
-                                         else None, False), _attention_sizes))
-MIXERS.register("sliding_attention")(Mixer(
-    "sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window, True),
-    _attention_sizes))
-
-
-def _mlp(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
-    return b.add("mlp", lambda: MLP(c.hidden_size, c.intermediate_size, c.activation), (hn,),
-                 "ffn_out")
-
-
-def _moe(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
-    m = c.moe
-    return b.add("moe", lambda: MoE(c.hidden_size, m.num_experts, m.top_k,
-                                    m.expert_intermediate, m.scoring, m.correction_bias,
-                                    m.renormalize, m.routed_scaling, m.num_shared_experts,
-                                    m.shared_intermediate, c.activation, m.router_logit_bias,
-                                    m.expert_bias, m.swiglu_limit, m.swiglu_alpha,
-                                    n_group=m.n_group, topk_group=m.topk_group,
-                                    shared_expert_gate=m.shared_expert_gate), (hn,), "ffn_out")
-
-
-def _mlp_sizes(c: ModelConfig) -> int:
-    return 3 * c.hidden_size * c.intermediate_size * sizes.item_size(c)
-
-
-def _moe_sizes(c: ModelConfig) -> int:
-    """Routed experts (router, gate/up/down, biases), shared experts and their
-    gate; the router's correction bias is kept in float32 (MoE.params)."""
-    m, h, item = c.moe, c.hidden_size, sizes.item_size(c)
-    i = m.expert_intermediate
-    routed = m.num_experts * (h + 3 * h * i + m.router_logit_bias + (2 * i + h) * m.expert_bias)
-    shared = 3 * h * m.num_shared_experts * m.shared_intermediate + h * m.shared_expert_gate
-    return (routed + shared) * item + 4 * m.num_experts * m.correction_bias
-
-
-# The FFN table (ir/card.py): a layer kind -> its FFN.
-FFNS.register("dense")(FFN(_mlp, _mlp_sizes))
-FFNS.register("moe")(FFN(_moe, _moe_sizes))
 
 
 def _ffn_block(c: ModelConfig, b: LayerBuilder, x: str, kind: str) -> str:
     # "post_norm" is the norm after the attention block, before the FFN (HF's
     # post_attention_layernorm in Llama); the FFN output's own is post_ffn_norm.
-    hn = b.add("post_norm", _norm(c, c.hidden_size), (x,), "h_ffn") if c.pre_norms else x
-    f = FFNS(kind, "ffn").block(c, b, hn)
+    hn = b.add("post_norm", norm(c, c.hidden_size), (x,), "h_ffn") if c.pre_norms else x
+    f = FFNS(kind).block(c, b, hn)
     if c.post_norms:
-        f = b.add("post_ffn_norm", _norm(c, c.hidden_size), (f,), "ffn_normed")
+        f = b.add("post_ffn_norm", norm(c, c.hidden_size), (f,), "ffn_normed")
     return b.add("ffn_residual", Add, (x, f), "y")
 
 
 @functools.lru_cache(maxsize=64)
 def layer(c: ModelConfig, mixer: str, ffn: str) -> Layer:
-    label, block, _ = MIXERS(mixer, "mixer")
+    label, block, _ = MIXERS(mixer)
     b = LayerBuilder(c.hidden_size)
     x = block(c, b, "x")
     return b.layer(f"{label}_{ffn}" if label else ffn, _ffn_block(c, b, x, ffn))

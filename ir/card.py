@@ -1,11 +1,11 @@
 """The model card: a flat record of the few numbers that define a model.
 
 A card reads like a published config (MaxText keeps a model in ~20 flat keys);
-``ir/config.py`` ``build`` turns it into the layer graph, with the templates of
-``ir/blocks.py``. The card's per-layer choices are names in two tables declared
+``ir/config.py`` ``build`` turns it into the layer graph, layer by layer
+(``ir/blocks.py``). The card's per-layer choices are names in two tables declared
 here, ``MIXERS`` (a ``layer_types`` entry) and ``FFNS`` (``layer_kind``), whose
-builders ``ir/blocks.py`` registers (``ir/kind_mla.py`` adds ``mla``); cards are
-used through ``ir/config.py``, which imports both.
+records each op kind's ``ir/kind_*.py`` registers (attention, mlp, moe, mla,
+gdn); importing ``megakernel.ir`` imports them all.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import ClassVar, NamedTuple
 
 from megakernel.errors import IRError, shown
 from megakernel.ir import limits
-from megakernel.ir.ops import RopeScaling
+from megakernel.ir.rope_scaling import RopeScaling
 from megakernel.ir.schema import AnyFloat, Bool, Int, ModelName, Word, json_kind, node
 from megakernel.ir.types import DType
 from megakernel.ir.weight_kinds import Quantize
@@ -45,11 +45,13 @@ class FFN(NamedTuple):
     sizes: Callable
 
 
-# The mixer table: a layer_types name -> its Mixer.
-MIXERS: Registry = Registry("mixer", "ir/blocks.py or an ir/kind_*.py module",
-                            per_op_kind=False)
-# The FFN table: a layer kind -> its FFN.
-FFNS: Registry = Registry("ffn", "ir/blocks.py", per_op_kind=False)
+# The mixer table: a layer_types name -> its Mixer, registered by the kind
+# module of its op (full and sliding attention: ir/kind_attention.py).
+MIXERS: Registry = Registry("block", "its op kind's ir/kind_*.py", per_op_kind=False,
+                            keyed_by="mixer")
+# The FFN table: a layer kind -> its FFN (dense: ir/kind_mlp.py, moe: ir/kind_moe.py).
+FFNS: Registry = Registry("block", "its op kind's ir/kind_*.py", per_op_kind=False,
+                          keyed_by="ffn")
 
 # Card fields carry exact types and bounded sizes, so that the size arithmetic
 # (ir/sizes.py) can run before anything is built. Floats, head_dim,
@@ -72,7 +74,7 @@ class MoEConfig:
     shared_intermediate: Int(0, limits.MAX_WIDTH) = 0
     # Qwen3-Next: the shared experts' sum is scaled per token by sigmoid(x . w).
     shared_expert_gate: Bool = False
-    # gpt-oss: biased router logits, biased experts, clamped SwiGLU (ir/ops.py MoE).
+    # gpt-oss: biased router logits, biased experts, clamped SwiGLU (ir/kind_moe.py MoE).
     router_logit_bias: Bool = False
     expert_bias: Bool = False
     swiglu_limit: AnyFloat | None = None

@@ -1,9 +1,10 @@
 """The builder that turns a model card into the layer graph, and the card's names.
 
 A card (``ir/card.py``: ``ModelConfig`` and its blocks) reads like a published
-config (MaxText keeps a model in ~20 flat keys); ``build`` makes the graph with
-one template per layer kind (``ir/blocks.py``), no if-ladders over model
-families. Identical layers come out equal, so the graph groups them into stacks
+config (MaxText keeps a model in ~20 flat keys); ``build`` makes the graph
+layer by layer (``ir/blocks.py`` ``layer``) from the blocks that each op kind's
+``ir/kind_*.py`` registers for the card's mixers and FFNs, no if-ladders over
+model families. Identical layers come out equal, so the graph groups them into stacks
 by itself. The card's records and tables are imported from here.
 """
 

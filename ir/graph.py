@@ -17,7 +17,8 @@ from pydantic import Field
 
 from megakernel.errors import IRError, error_context
 from megakernel.ir import limits
-from megakernel.ir.ops import Op, RMSNorm
+from megakernel.ir.kind_rmsnorm import RMSNorm
+from megakernel.ir.op_base import Op
 from megakernel.ir.schema import Bool, Identifier, Int, ModelName, node
 from megakernel.ir.types import DType, ParamSpec, StateSpec, TensorSpec
 from megakernel.ir.weight_kinds import Quantize

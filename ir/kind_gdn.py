@@ -23,8 +23,10 @@ from typing import ClassVar
 
 from megakernel.errors import IRError
 from megakernel.ir import limits, sizes
+from megakernel.ir.blocks import norm
 from megakernel.ir.card import MIXERS, Mixer
-from megakernel.ir.ops import OP_KINDS, Add, HeadDim, Heads, Linear, Op, RMSNorm, _expect_shapes
+from megakernel.ir.op_base import OP_KINDS, Add, Linear, Op, _expect_shapes
+from megakernel.ir.op_fields import HeadDim, Heads
 from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Float, Int, node
 from megakernel.ir.types import WHOLE, DType, ParamSpec, StateSpec
@@ -105,8 +107,7 @@ def _gdn_block(c, b, x: str) -> str:
     """The card's Gated DeltaNet mixer (``MIXERS['linear_attention']``): input
     norm, six projections, the recurrence, out_proj and the residual add."""
     la, h = c.linear_attention, c.hidden_size
-    norm = lambda: RMSNorm(h, c.norm_eps, c.norm_offset)  # noqa: E731
-    hn = b.add("input_norm", norm, (x,), "h_attn") if c.pre_norms else x
+    hn = b.add("input_norm", norm(c, h), (x,), "h_attn") if c.pre_norms else x
     kw, vw, hv = (la.num_key_heads * la.key_head_dim, la.num_value_heads * la.value_head_dim,
                   la.num_value_heads)
     ins = tuple(b.add(f"{p}_proj", lambda w=w: Linear(h, w), (hn,), f"gdn_{p}")
@@ -116,7 +117,7 @@ def _gdn_block(c, b, x: str) -> str:
                                            la.conv_kernel, c.norm_eps), ins, "gdn_out")
     o = b.add("out_proj", lambda: Linear(vw, h), (o,), "attn_out")
     if c.post_norms:
-        o = b.add("post_attn_norm", norm, (o,), "attn_normed")
+        o = b.add("post_attn_norm", norm(c, h), (o,), "attn_normed")
     return b.add("attn_residual", Add, (x, o), "x_mid")
 
 

@@ -34,9 +34,12 @@ from typing import ClassVar
 
 from megakernel.errors import IRError
 from megakernel.ir import limits, sizes
+from megakernel.ir.blocks import norm
 from megakernel.ir.card import MIXERS, Mixer
-from megakernel.ir.ops import OP_KINDS, Add, Dim, HeadDim, Heads, Linear, Op, RMSNorm, \
-    RopeScaling, _expect_shapes, rope_attention_factor, rope_inv_freq
+from megakernel.ir.kind_rmsnorm import RMSNorm
+from megakernel.ir.op_base import OP_KINDS, Add, Linear, Op, _expect_shapes
+from megakernel.ir.op_fields import Dim, HeadDim, Heads
+from megakernel.ir.rope_scaling import RopeScaling, rope_attention_factor, rope_inv_freq
 from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Bool, Float, node
 from megakernel.ir.types import APPEND, ParamSpec, StateSpec
@@ -133,8 +136,7 @@ def _mla_block(c, b, x: str) -> str:
                           hint=f"remove {field}, or give layer_types with attention layers")
     h, heads = c.hidden_size, c.num_q_heads
     dn, dr, dv, r = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
-    norm = lambda: RMSNorm(h, c.norm_eps, c.norm_offset)  # noqa: E731
-    hn = b.add("input_norm", norm, (x,), "h_attn") if c.pre_norms else x
+    hn = b.add("input_norm", norm(c, h), (x,), "h_attn") if c.pre_norms else x
     if m.q_lora_rank:
         rq = m.q_lora_rank
         q = b.add("q_a_proj", lambda: Linear(h, rq, c.qkv_bias), (hn,), "q_a")
@@ -151,7 +153,7 @@ def _mla_block(c, b, x: str) -> str:
                                  m.output_gate), inputs, "attn")
     o = b.add("o_proj", lambda: Linear(heads * dv, h, c.o_bias), (o,), "attn_out")
     if c.post_norms:
-        o = b.add("post_attn_norm", norm, (o,), "attn_normed")
+        o = b.add("post_attn_norm", norm(c, h), (o,), "attn_normed")
     return b.add("attn_residual", Add, (x, o), "x_mid")
 
 

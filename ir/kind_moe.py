@@ -1,14 +1,17 @@
-"""Mixture of experts: the ``MoE`` op kind.
+"""Mixture of experts: the ``MoE`` op kind and the card's MoE FFN.
 
-After import: ``MoE`` is registered in ``OP_KINDS`` (kind ``moe``); ir/ops.py
-re-exports it.
+After import: ``MoE`` is registered in ``OP_KINDS`` (kind ``moe``; ir/ops.py
+re-exports it), and the card's ``moe`` FFN (its block and size formula) in
+``FFNS`` (ir/card.py).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from megakernel.ir import limits
+from megakernel.ir import limits, sizes
+from megakernel.ir.blocks import LayerBuilder
+from megakernel.ir.card import FFN, FFNS, ModelConfig
 from megakernel.ir.op_base import OP_KINDS, Op, _expect_shapes
 from megakernel.ir.op_fields import Activation, Dim, Scoring, _fail
 from megakernel.ir.schema import Bool, Float, Int, node
@@ -120,3 +123,28 @@ class MoE(Op):
 
 
 OP_KINDS.register(MoE.kind)(MoE)
+
+
+def _moe_block(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
+    """The card's MoE FFN: one MoE op of the card's moe block."""
+    m = c.moe
+    return b.add("moe", lambda: MoE(c.hidden_size, m.num_experts, m.top_k,
+                                    m.expert_intermediate, m.scoring, m.correction_bias,
+                                    m.renormalize, m.routed_scaling, m.num_shared_experts,
+                                    m.shared_intermediate, c.activation, m.router_logit_bias,
+                                    m.expert_bias, m.swiglu_limit, m.swiglu_alpha,
+                                    n_group=m.n_group, topk_group=m.topk_group,
+                                    shared_expert_gate=m.shared_expert_gate), (hn,), "ffn_out")
+
+
+def _moe_sizes(c: ModelConfig) -> int:
+    """Routed experts (router, gate/up/down, biases), shared experts and their
+    gate; the router's correction bias is kept in float32 (MoE.params)."""
+    m, h, item = c.moe, c.hidden_size, sizes.item_size(c)
+    i = m.expert_intermediate
+    routed = m.num_experts * (h + 3 * h * i + m.router_logit_bias + (2 * i + h) * m.expert_bias)
+    shared = 3 * h * m.num_shared_experts * m.shared_intermediate + h * m.shared_expert_gate
+    return (routed + shared) * item + 4 * m.num_experts * m.correction_bias
+
+
+FFNS.register("moe")(FFN(_moe_block, _moe_sizes))

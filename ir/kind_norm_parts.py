@@ -15,7 +15,8 @@ from typing import ClassVar
 
 from megakernel.errors import IRError
 from megakernel.ir import limits
-from megakernel.ir.ops import OP_KINDS, Dim, Op
+from megakernel.ir.op_base import OP_KINDS, Op
+from megakernel.ir.op_fields import Dim
 from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Bool, Float, node
 from megakernel.ir.types import ParamSpec

@@ -4,8 +4,11 @@ After import: ``Op`` is the frozen, checked record every kind subclasses
 (``params``, ``state``, ``rows_read``, ``infer``, ``to_dict``), and
 ``_expect_shapes`` the error a kind's ``infer`` raises on inputs of the
 wrong per-token shapes; ``OP_KINDS`` the table of every kind's class. The
-kinds themselves live in ir/kind_*.py (the projection and the residual add
-in ir/ops.py), each registering its class; ir/ops.py re-exports all of this.
+kinds live in ir/kind_*.py, each registering its class, except the
+projection (``Linear``) and the residual ``Add``: every layer is built of
+them and every stage is written around them, so they are defined and
+registered here, below every kind module (whose card blocks use them).
+ir/ops.py re-exports all of this.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from dataclasses import fields
 from typing import ClassVar
 
 from megakernel.errors import IRError
+from megakernel.ir.op_fields import Dim
 from megakernel.ir.rope_scaling import RopeScaling
-from megakernel.ir.schema import node
+from megakernel.ir.schema import Bool, node
 from megakernel.ir.types import DType, ParamSpec, StateSpec
 from megakernel.registry import Registry
 
@@ -79,4 +83,41 @@ def _encode(value):
 
 # The op class of every kind: each kind's module registers its class
 # (ir/__init__.py imports them all); ir/ops.py re-exports the table.
-OP_KINDS: Registry[type[Op]] = Registry("op kind", "ir/kind_*.py (linear, add: ir/ops.py)")
+OP_KINDS: Registry[type[Op]] = Registry("op kind", "ir/kind_*.py (linear, add: ir/op_base.py)")
+
+
+@node
+class Linear(Op):
+    """y = x @ W (+ b); W is stored [in_features, out_features]."""
+
+    kind: ClassVar[str] = "linear"
+    in_features: Dim
+    out_features: Dim
+    bias: Bool = False
+
+    def params(self, dtype):
+        p = {"weight": ParamSpec((self.in_features, self.out_features), dtype)}
+        if self.bias:
+            p["bias"] = ParamSpec((self.out_features,), dtype)
+        return p
+
+    def infer(self, inputs):
+        _expect_shapes(self, inputs, ((self.in_features,),))
+        return ((self.out_features,),)
+
+
+@node
+class Add(Op):
+    """Residual add of two tensors of the same shape."""
+
+    kind: ClassVar[str] = "add"
+
+    def infer(self, inputs):
+        if len(inputs) != 2 or inputs[0] != inputs[1]:
+            raise IRError(f"add needs two inputs of one shape, found {list(inputs)}",
+                          path=self.kind)
+        return (inputs[0],)
+
+
+for _cls in (Linear, Add):
+    OP_KINDS.register(_cls.kind)(_cls)

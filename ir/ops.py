@@ -4,69 +4,31 @@ An op knows its own weights (``params``), the state it keeps between steps
 (``state``) and the per-token shapes it maps (``infer``); it knows nothing of
 layers, sharding or code generation. ``OP_KINDS`` finds an op's class by its
 kind; every later stage finds its rule for the kind in its own registry
-(``megakernel.registry``). The projection (``Linear``) and the residual
-``Add`` are defined and registered here; every other kind in its
-``ir/kind_*.py`` (docs/architecture.md, "Adding an op kind"). The core kinds'
-classes, ``Op`` (ir/op_base.py), the field types (ir/op_fields.py) and
-rotary scaling (ir/rope_scaling.py) are re-exported, so
-``megakernel.ir.ops.Attention`` still names its class.
+(``megakernel.registry``). Each kind is defined and registered in its
+``ir/kind_*.py`` (docs/architecture.md, "Adding an op kind"), the projection
+(``Linear``) and the residual ``Add`` in ir/op_base.py. This module
+re-exports the core kinds' classes, ``Op``, ``Linear``, ``Add``, the field
+types (ir/op_fields.py) and rotary scaling (ir/rope_scaling.py), so
+``megakernel.ir.ops.Attention`` still names its class, and reads an op back
+from its dict (``op_from_dict``).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from megakernel.errors import IRError, shown
 from megakernel.ir.kind_attention import Attention, Rope  # noqa: F401
 from megakernel.ir.kind_mlp import MLP  # noqa: F401
 from megakernel.ir.kind_moe import MoE  # noqa: F401
 from megakernel.ir.kind_rmsnorm import RMSNorm  # noqa: F401
-from megakernel.ir.op_base import OP_KINDS, Op, _encode, _expect_shapes  # noqa: F401
+from megakernel.ir.op_base import OP_KINDS, Add, Linear, Op, _encode, _expect_shapes  # noqa: F401
 from megakernel.ir.op_fields import (Activation, Dim, FreqFactor, HeadDim, Heads,  # noqa: F401
                                      Positions, Scoring, _fail)
 from megakernel.ir.rope_scaling import (RopeScaling, _yarn_inv_freq, _yarn_mscale,  # noqa: F401
                                         rope_attention_factor, rope_inv_freq)
 from megakernel.ir.schema import Bool, Float, Int, node  # noqa: F401
 from megakernel.ir.types import APPEND, DType, ParamSpec, StateSpec  # noqa: F401
-
-
-@node
-class Linear(Op):
-    """y = x @ W (+ b); W is stored [in_features, out_features]."""
-
-    kind: ClassVar[str] = "linear"
-    in_features: Dim
-    out_features: Dim
-    bias: Bool = False
-
-    def params(self, dtype):
-        p = {"weight": ParamSpec((self.in_features, self.out_features), dtype)}
-        if self.bias:
-            p["bias"] = ParamSpec((self.out_features,), dtype)
-        return p
-
-    def infer(self, inputs):
-        _expect_shapes(self, inputs, ((self.in_features,),))
-        return ((self.out_features,),)
-
-
-@node
-class Add(Op):
-    """Residual add of two tensors of the same shape."""
-
-    kind: ClassVar[str] = "add"
-
-    def infer(self, inputs):
-        if len(inputs) != 2 or inputs[0] != inputs[1]:
-            raise IRError(f"add needs two inputs of one shape, found {list(inputs)}",
-                          path=self.kind)
-        return (inputs[0],)
-
-
-# The projection and the residual add every layer is made of; each other
-# kind registers its class in its ir/kind_*.py.
-for _cls in (Linear, Add):
-    OP_KINDS.register(_cls.kind)(_cls)
 
 
 def op_from_dict(data: Any) -> Op:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from megakernel import chips
 from megakernel.errors import IRError, MegakernelError
+from megakernel.ir.card import FFNS, MIXERS, ModelConfig
 from megakernel.ir.types import DType
 
 if TYPE_CHECKING:
-    from megakernel.ir.card import ModelConfig
     from megakernel.ir.graph import Layer, Model
 
 
@@ -45,11 +45,9 @@ def of_config(c: "ModelConfig") -> Sizes:
     """The sizes of the model ``build(c)`` would make, by arithmetic only: each
     layer's mixer and FFN by their own formulas (``Mixer.sizes``, ``FFN.sizes``,
     registered with their blocks)."""
-    from megakernel.ir.card import FFNS, MIXERS
-
     kinds = [(c.mixer(i), c.layer_kind(i)) for i in range(c.num_layers)]
-    mixer = {a: MIXERS(a, "mixer").sizes(c) for a in dict.fromkeys(a for a, _ in kinds)}
-    ffn = {f: FFNS(f, "ffn").sizes(c) for f in dict.fromkeys(f for _, f in kinds)}
+    mixer = {a: MIXERS(a).sizes(c) for a in dict.fromkeys(a for a, _ in kinds)}
+    ffn = {f: FFNS(f).sizes(c) for f in dict.fromkeys(f for _, f in kinds)}
     layers = sum(mixer[a][0] + ffn[f] for a, f in kinds)
     embed = c.vocab_size * c.hidden_size * (1 if c.tie_embeddings else 2) + c.hidden_size
     cache = sum(mixer[a][1] for a, _ in kinds)

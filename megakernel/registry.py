@@ -50,18 +50,22 @@ class MissingRuleError(MegakernelError, LookupError):
 class Registry(Generic[Rule]):
     """The ``rule`` rules (e.g. "cost") of every op kind that has one; ``home``
     is the module that registers them (named in the error). A table keyed by
-    something else than op kinds (the card's mixers) says ``per_op_kind=False``."""
+    something else than op kinds (the card's mixers) says ``per_op_kind=False``
+    and what its keys are (``keyed_by="mixer"``)."""
 
     def __init__(self, rule: str, home: str, *, per_op_kind: bool = True,
                  needed_by: Callable[[type], bool] | None = None, need: str = "",
-                 key_of: Callable[[type], str] | None = None):
+                 key_of: Callable[[type], str] | None = None, keyed_by: str = "op kind"):
         """``needed_by``: for a table only some op kinds need (``per_op_kind``
         False), which ones, from the kind's op class (``need`` says it in words);
         ``check_complete`` holds those kinds to it at start-up. ``key_of``: for
         such a table keyed by something else than the kind (a kernel library's
-        name), the key a needing kind's class must have a rule under."""
+        name), the key a needing kind's class must have a rule under.
+        ``keyed_by``: what the table's keys are, as a missing rule's error
+        names them (``no override rule for override field 'mla_form'``)."""
         self.rule, self.home, self.per_op_kind = rule, home, per_op_kind
         self.needed_by, self.need, self.key_of = needed_by, need, key_of
+        self.keyed_by = keyed_by
         self._rules: dict[str, Rule] = {}
         _ALL.append(self)
 
@@ -82,8 +86,8 @@ class Registry(Generic[Rule]):
         except KeyError:
             place = f" ({where})" if where else ""
             raise MissingRuleError(
-                f"no {self.rule} rule for op kind {kind!r}{place}",
-                hint=f"register one in {self.home}; kinds with one: "
+                f"no {self.rule} rule for {self.keyed_by} {kind!r}{place}",
+                hint=f"register one in {self.home}; {self.keyed_by}s with one: "
                      f"{', '.join(sorted(self._rules))}{_not_loaded_hint()}") from None
 
     def __contains__(self, kind: str) -> bool:

@@ -126,5 +126,41 @@ def test_an_override_a_kind_owns_takes_the_values_its_rule_registers(monkeypatch
         Overrides(mla_form="fused")
     assert KIND_OVERRIDES("mla_form") == FORMS
     monkeypatch.delitem(KIND_OVERRIDES._rules, "mla_form")
-    with pytest.raises(MissingRuleError, match="no override rule for op kind 'mla_form'"):
+    with pytest.raises(MissingRuleError, match="no override rule for override field 'mla_form' "
+                                               r"\(overrides.mla_form\)") as info:
         Overrides(mla_form="expanded")
+    assert "override fields with one" in info.value.hint
+
+
+def test_a_table_keyed_by_something_else_names_its_keys():
+    """The card's tables are keyed by mixer and FFN names, the geometry and
+    library tables by kernel library names, not op kinds."""
+    from megakernel.backends.pallas_tpu.codegen.declare import LIBRARIES, library_alias
+    from megakernel.compiler.plan_json import GEOMETRIES
+    from megakernel.ir.card import FFNS, MIXERS
+
+    with pytest.raises(MissingRuleError, match="no block rule for mixer 'retention'"):
+        MIXERS("retention")
+    with pytest.raises(MissingRuleError, match="no block rule for ffn 'sparse'"):
+        FFNS("sparse")
+    for table in (GEOMETRIES, LIBRARIES):
+        with pytest.raises(MissingRuleError, match=f"no {table.rule} rule for kernel library "
+                                                   "'ssm'"):
+            table("ssm")
+    with pytest.raises(MissingRuleError) as info:
+        library_alias("ssm")
+    assert info.value.message == "no library import rule for kernel library 'ssm'"
+
+
+def test_each_card_mixer_and_ffn_is_its_op_kinds_module():
+    """A card's mixer and FFN (block and size formula) are registered by the
+    ir/kind_*.py of the op kind they build, so each kind is one module per layer."""
+    from megakernel.ir.card import FFNS, MIXERS
+
+    homes = {name: {rec.block.__module__, rec.sizes.__module__}
+             for table in (MIXERS, FFNS) for name, rec in table.items()}
+    ir = "megakernel.ir."
+    assert homes == {"full_attention": {ir + "kind_attention"},
+                     "sliding_attention": {ir + "kind_attention"},
+                     "linear_attention": {ir + "kind_gdn"}, "mla": {ir + "kind_mla"},
+                     "dense": {ir + "kind_mlp"}, "moe": {ir + "kind_moe"}}

@@ -33,7 +33,8 @@ SEMAPHORES = {"dma_semaphore": "pltpu.SemaphoreType.DMA",
 # registered with the kind's emitter.
 LIBRARIES: Registry = Registry("library import", "backends/pallas_tpu/codegen/kind_*.py",
                                per_op_kind=False, needed_by=lambda cls: cls.LIBRARY is not None,
-                               need="it has a kernel library", key_of=lambda cls: cls.LIBRARY)
+                               need="it has a kernel library", key_of=lambda cls: cls.LIBRARY,
+                               keyed_by="kernel library")
 
 
 def literal(value) -> str:
@@ -241,7 +242,7 @@ def scratch_lines(plan) -> list[tuple[str, str, str]]:
 
 
 def library_alias(library: str) -> str:
-    return LIBRARIES(library, f"kernel library {library!r}")
+    return LIBRARIES(library)
 
 
 def geometry_name(g) -> str:
