@@ -118,6 +118,7 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
         vec = sum(p.nbytes * ss.reps(p.name) // ss.count for p in ss.params
                   if p.channel == "vector")
         out = []
+        cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
         # A repetition runs each run's layer once per layer of the run: its
         # phases are named after the body position they stand for.
         for i, (node, name) in enumerate(_repetition(st, ss)):
@@ -129,7 +130,6 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
                           stream.tiles[mine.first:mine.first + mine.count], memory) if mine else 0),
                       tiles=n_tiles, outstanding=ring,
                       overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
-            cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
             ph = COST(node.op.kind, f"layers[{ss.stack}].{node.name}")(cx, node, ph)
             out.append(Phase(f"s{ss.stack}.{name}", ss.stack, ss.count, **ph))
             for red in ss.reductions:
@@ -280,8 +280,14 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     in_flight = dma_service.ring_in_flight(stream.num_banks)
     tile = min(avg_tile, stream.bank_bytes)
 
+    rates = {}
+
     def bw_of(outstanding):               # ring-sized DMAs: their latency counts
-        return dma_service.bandwidth(target, target.constants, outstanding, tile)
+        bw = rates.get(outstanding)       # (asked for every phase walked)
+        if bw is None:
+            bw = rates[outstanding] = dma_service.bandwidth(target, target.constants,
+                                                            outstanding, tile)
+        return bw
 
     cap = stream.num_banks * tile / bw_of(in_flight)
     # Nothing streams during the launch, and the call's first DMAs (embedding

@@ -158,6 +158,13 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
     return tuple(bindings), tuple(geometries), peak
 
 
+def layer_table(model, shard, request, points, kv, experts, rows_p, target):
+    """(a table of the layers' buffers alone, bindings, geometries, peak)."""
+    table = BufferTable()
+    return (table, *layer_buffers(table, model, shard, request, points, kv, experts, rows_p,
+                                  target))
+
+
 def _live_tensors(layer) -> dict[str, set[str]]:
     """Per node, the layer tensors held as values while it runs: those made
     before it (or the layer input) and read by it or after it, and its outputs."""

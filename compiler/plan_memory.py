@@ -16,21 +16,22 @@ stacks are one allocation, live over the union of their uses.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Operand, Point, Space
 from megakernel.compiler.layout import (LANES, RUN_LOOP_VALUES, itemsize, mib, round_up, sublanes,
                                        values_bytes)
-from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, sized
-from megakernel.compiler.plan_operands import operand_buffers, step_buffers
-from megakernel.compiler.ring_layout import RingLayout, ring_layout
+from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, layer_table, sized
+from megakernel.compiler.plan_operands import operand_table
+from megakernel.compiler.ring_layout import RingLayout
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectiveSpec
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
-from megakernel.compiler.tile_weights import (ExpertStream, WeightStream, expert_streams, piece_cols,
-                                              tile_stream)
+from megakernel.compiler.tile_weights import (ExpertStream, WeightStream, expert_streams,
+                                              ring_stream)
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import Model
 from megakernel.ir.types import APPEND, WHOLE
@@ -158,7 +159,23 @@ class MemoryPlan:
         return {b.arg: b.buffer for b in self.bindings if (b.stack, b.node) == (stack, node)}
 
     def geometry_of(self, stack: int, node: str):
-        return next(g for g in self.geometries if (g.stack, g.node) == (stack, node))
+        return self._at[OpGeometry, stack, node]
+
+    def kv_of(self, stack: int, node: str) -> KVStream:
+        return self._at[KVStream, stack, node]
+
+    def experts_of(self, stack: int, node: str) -> ExpertStream:
+        return self._at[ExpertStream, stack, node]
+
+    @functools.cached_property
+    def _at(self) -> dict:
+        """(record type, stack, node) -> the op geometry, KV or expert stream
+        of that node (the cost rules look one up for every node of every
+        geometry the planner tries: a scan was quadratic in the stacks)."""
+        out = {}
+        for x in (*self.geometries, *self.kv, *self.experts):
+            out.setdefault((type(x), x.stack, x.node), x)
+        return out
 
     @property
     def smem_total(self) -> int:
@@ -291,7 +308,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     rows = request.rows
     rows_p = round_up(rows, 8)
     stream, ring = _kept(memo, ("stream", g.bank_bytes),
-                         lambda: _stream(shard, target, g.bank_bytes, g.num_banks))
+                         lambda: ring_stream(shard, target, g.bank_bytes, g.num_banks))
     if stream.num_banks != g.num_banks:       # the tiles do not depend on the count
         stream = dataclasses.replace(stream, num_banks=g.num_banks)
         ring = dataclasses.replace(ring, num_banks=g.num_banks)
@@ -304,7 +321,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     last = len(points) - 1
     # The call's operands and outputs first (their order is the call's).
     first, operands = _kept(memo, "operands",
-                            lambda: _operand_table(model, shard, request, rows_p, last))
+                            lambda: operand_table(model, shard, request, rows_p, last))
     table = BufferTable(first)
     # Step-wide scratch: the ring, the embedding gather, the residual stream.
     table.add(sized("ring.banks", Space.VMEM, Kind.WEIGHT_RING, ring.shape, ring.dtype, 0, last,
@@ -326,7 +343,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
         table.add(sized("barrier", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "barrier_semaphore",
                         0, 0, "start handshake before the first remote copy", role="builtin"))
     part, *layers = _kept(memo, ("layers", g.kv_tile, g.expert_slots, g.slot_chunks),
-                          lambda: _layer_table(model, shard, request, points, kv, experts,
+                          lambda: layer_table(model, shard, request, points, kv, experts,
                                                rows_p, target))
     if not table.merge(part):          # a layer buffer's name is taken: add them in order here
         layers = layer_buffers(table, model, shard, request, points, kv, experts, rows_p, target)
@@ -346,27 +363,6 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     if check:
         _check_capacity(plan, target)
     return plan
-
-
-def _stream(shard, target, bank_bytes: int, num_banks: int):
-    stream = tile_stream(shard, bank_bytes, num_banks, piece_cols(shard, target))
-    return stream, ring_layout(stream)
-
-
-def _operand_table(model, shard, request, rows_p: int, last: int):
-    """(buffers by name, operands) of the call's operands and outputs and a
-    multi-step call's scratch: the first buffers of every plan."""
-    table = BufferTable()
-    operands = operand_buffers(table, model, shard, request, rows_p, last)
-    step_buffers(table, request, rows_p, last)
-    return dict(zip((b.name for b in table.buffers()), table.buffers())), operands
-
-
-def _layer_table(model, shard, request, points, kv, experts, rows_p, target):
-    """(a table of the layers' buffers alone, bindings, geometries, peak)."""
-    table = BufferTable()
-    return (table, *layer_buffers(table, model, shard, request, points, kv, experts, rows_p,
-                                  target))
 
 
 def _collective_buffers(table: BufferTable, specs, points) -> None:
