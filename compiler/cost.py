@@ -95,8 +95,8 @@ class CostReport:
 
 
 def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
-            target: Target, request: PlanRequest):
-    """(prologue phases, per-stack layer phases, head phases)."""
+            target: Target, request: PlanRequest, memo: dict):
+    """(prologue phases, per-stack layer phases, head phases); ``memo``: see ``estimate``."""
     c = target.constants
     rate = target.bf16_flops / (c.f32_matmul_slowdown if model.dtype.value == "float32" else 1)
     rows_eff = max(memory.rows_padded, c.mxu_push_rows)
@@ -118,6 +118,7 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
         vec = sum(p.nbytes * ss.reps(p.name) // ss.count for p in ss.params
                   if p.channel == "vector")
         out = []
+        cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
         # A repetition runs each run's layer once per layer of the run: its
         # phases are named after the body position they stand for.
         for i, (node, name) in enumerate(_repetition(st, ss)):
@@ -125,11 +126,10 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
             rb, n_tiles = (mine.nbytes, mine.count) if mine else (0, 0)
             other = vec if i == 0 else 0
             ph = dict(ring_bytes=rb, other_bytes=other, floor_bytes=rb + other,
-                      flops=2.0 * rows_eff * (_mxu_elements(
-                          stream.tiles[mine.first:mine.first + mine.count], memory) if mine else 0),
+                      flops=2.0 * rows_eff * (_node_elements(memo, mine, stream, memory)
+                                              if mine else 0),
                       tiles=n_tiles, outstanding=ring,
                       overhead_s=n_tiles * c.tile_overhead_s + c.op_overhead_s)
-            cx = _NodeCost(model, ss, memory, target, request, rows_eff, ring)
             ph = COST(node.op.kind, f"layers[{ss.stack}].{node.name}")(cx, node, ph)
             out.append(Phase(f"s{ss.stack}.{name}", ss.stack, ss.count, **ph))
             for red in ss.reductions:
@@ -153,6 +153,15 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
                           stall_s=collectives.specs[-1].seconds + c.op_overhead_s))
     head.append(Phase("epilogue", None, 1, overhead_s=c.op_overhead_s))
     return pre, stacks, head, rate
+
+
+def _node_elements(memo: dict, mine, stream, memory) -> float:
+    """``_mxu_elements`` of node tiles ``mine`` of stack ``stream``: they and
+    the ring's banks depend on the geometry only through the bank size."""
+    key = ("mxu", stream.stack, mine.node, memory.stream.bank_bytes)
+    if key not in memo:
+        memo[key] = _mxu_elements(stream.tiles[mine.first:mine.first + mine.count], memory)
+    return memo[key]
 
 
 def _mxu_elements(tiles, memory) -> float:
@@ -267,12 +276,16 @@ def _walk(phases, credit: float, cap: float, bw_of, rate: float):
 
 
 def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
-             target: Target, request: PlanRequest, *, timeline: bool = True) -> CostReport:
+             target: Target, request: PlanRequest, *, timeline: bool = True,
+             memo: dict | None = None) -> CostReport:
     """The modeled call: its launch and XLA's copies around it
     (``compiler/xla_copies.py``) once, then ``request.steps`` steps; steps
     after the first start with the ring credit the previous head left (the
-    ring runs on across the step boundary). step_ms is the call over N."""
-    pre, stacks, head, rate = _phases(model, shard, memory, collectives, target, request)
+    ring runs on across the step boundary). step_ms is the call over N.
+    ``memo``: a dict kept across estimates of the same model, shard, target
+    and request (the geometry search's), for what only the bank size changes."""
+    memo = {} if memo is None else memo
+    pre, stacks, head, rate = _phases(model, shard, memory, collectives, target, request, memo)
     launch, pre = pre[:1], pre[1:]          # per call: launch; per step: the rest
     stream = memory.stream
     n_tiles = sum(s.per_layer for s in stream.stacks) + len(stream.head)
@@ -280,8 +293,14 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     in_flight = dma_service.ring_in_flight(stream.num_banks)
     tile = min(avg_tile, stream.bank_bytes)
 
+    rates = {}
+
     def bw_of(outstanding):               # ring-sized DMAs: their latency counts
-        return dma_service.bandwidth(target, target.constants, outstanding, tile)
+        bw = rates.get(outstanding)       # (asked for every phase walked)
+        if bw is None:
+            bw = rates[outstanding] = dma_service.bandwidth(target, target.constants,
+                                                            outstanding, tile)
+        return bw
 
     cap = stream.num_banks * tile / bw_of(in_flight)
     # Nothing streams during the launch, and the call's first DMAs (embedding

@@ -101,7 +101,7 @@ COST.register("rope")(vector_op_cost)
 @COST.register("attention")
 def _attention_cost(cx, node, ph: dict) -> dict:
     c, request = cx.target.constants, cx.request
-    kv = next(k for k in cx.memory.kv if k.stack == cx.ss.stack and k.node == node.name)
+    kv = cx.memory.kv_of(cx.ss.stack, node.name)
     _, q_l, kv_l, _ = next(h for h in cx.ss.heads if h[0] == node.name)
     group = max(request.tokens * q_l // kv_l, 1)
     n_tiles = request.batch * kv.tiles_per_seq

@@ -137,7 +137,7 @@ def _buffers(cx, node) -> OpLayout:
 @COST.register("mla")
 def _cost(cx, node, ph: dict) -> dict:
     c = cx.target.constants
-    kv = next(k for k in cx.memory.kv if k.stack == cx.ss.stack and k.node == node.name)
+    kv = cx.memory.kv_of(cx.ss.stack, node.name)
     g = cx.memory.geometry_of(cx.ss.stack, node.name).geometry
     seconds = modeled_forms(node.op, g.heads, g.rows_padded, kv, cx.request.batch,
                             cx.target, cx.model.dtype.value)[g.form]

@@ -83,7 +83,7 @@ def _moe_buffers(cx: OpCtx, node) -> OpLayout:
 @COST.register("moe")
 def _moe_cost(cx, node, ph: dict) -> dict:
     c = cx.target.constants
-    e = next(x for x in cx.memory.experts if x.stack == cx.ss.stack and x.node == node.name)
+    e = cx.memory.experts_of(cx.ss.stack, node.name)
     fetches = e.max_distinct * e.chunks
     bw = _bw(cx.target, cx.ring + e.slots)
     return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,

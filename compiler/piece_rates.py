@@ -23,7 +23,6 @@ another dtype are charged the one-dot rate (no piece probe covers them).
 from __future__ import annotations
 
 import collections
-import functools
 
 from megakernel.compiler import calibration
 from megakernel.compiler.calibration import RING_WIDTHS
@@ -54,7 +53,7 @@ def mxu_elements(tiles, ring, rows: int, cal=None) -> float:
     # the elements whose flops at max(rows, push rows) take those cycles (at up
     # to mxu_push_rows rows, fpc / (2 x push rows) is the one-dot rate)
     per_cycle = fpc / (2.0 * max(rows, push))
-    cycles = functools.lru_cache(None)(lambda w, r: piece_cycles(w, r, cal))
+    cycles = _cycles(cal)
     out = 0.0
     # a layer's tiles repeat a few shapes, the head's all but one
     shapes = collections.Counter((t.rows, t.cols, t.view) for t in tiles)
@@ -62,5 +61,23 @@ def mxu_elements(tiles, ring, rows: int, cal=None) -> float:
     for shape, count in shapes.items():
         tile = first[shape]
         for w in ring.piece_widths(tile):
-            out += count * max(cycles(w, tile.rows), 2.0 * rows * tile.rows * w / fpc) * per_cycle
+            c = cycles.get((w, tile.rows))
+            if c is None:
+                c = cycles[w, tile.rows] = piece_cycles(w, tile.rows, cal)
+            out += count * max(c, 2.0 * rows * tile.rows * w / fpc) * per_cycle
     return out
+
+
+# Per calibration (held, so its id names no other), its pieces' cycles by
+# (width, rows): the cost model asks for the same few shapes for every node of
+# every stack of every geometry the planner tries.
+_CYCLES: dict[int, tuple[object, dict]] = {}
+
+
+def _cycles(cal) -> dict:
+    kept = _CYCLES.get(id(cal))
+    if kept is None:
+        if len(_CYCLES) >= 8:            # calibrations made by tests: keep a few
+            _CYCLES.clear()
+        kept = _CYCLES[id(cal)] = (cal, {})
+    return kept[1]

@@ -23,10 +23,14 @@ class BufferTable:
     """Buffers by name; adding a name again widens its lifetime to the union,
     or, when the shape differs, files it under a stack-qualified name."""
 
-    def __init__(self):
-        self._by_name: dict[str, Buffer] = {}
+    def __init__(self, by_name: dict[str, Buffer] | None = None):
+        self._by_name: dict[str, Buffer] = dict(by_name or {})
+        # Every name an add looked up: a table filled on its own is merged
+        # into another (``merge``) only where none of them is taken there.
+        self.tried: set[str] = set()
 
     def add(self, b: Buffer, stack: int | None = None) -> str:
+        self.tried.add(b.name)
         old = self._by_name.get(b.name)
         if old is None:
             self._by_name[b.name] = b
@@ -44,6 +48,15 @@ class BufferTable:
 
     def buffers(self) -> tuple[Buffer, ...]:
         return tuple(self._by_name.values())
+
+    def merge(self, part: "BufferTable") -> bool:
+        """Add ``part``'s buffers (a table filled from empty) as if its adds
+        were made here, in order: exactly so when no name they looked up is
+        taken here, and then True; else False, and nothing is added."""
+        if not part.tried.isdisjoint(self._by_name):
+            return False
+        self._by_name.update(part._by_name)
+        return True
 
 
 def sized(name: str, space: Space, kind: Kind, shape, dtype: str, first: int, last: int,
@@ -108,16 +121,21 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
     table.add(sized("residual", Space.VMEM, Kind.ACTIVATION, (rows_p, model.hidden_size),
                     "float32", 0, last, "loop-carried residual stream"))
     bindings, geometries, most_vectors, peak = [], [], 0, 0
+    spans: dict[int, list[int]] = {}             # stack -> its first and last program point
+    for p in points:
+        if p.stack is not None:
+            spans.setdefault(p.stack, [p.index, p.index])[1] = p.index
     for st, ss in zip(model.stacks, shard.stacks):
         s = ss.stack
         cx = OpCtx(model, ss, request, request.rows, rows_p, kv, experts, target)
-        mine = [p.index for p in points if p.stack == s]
+        mine = spans[s]
         live = _live_tensors(st.layer)
+        widths = dict(ss.widths)
         for node in st.layer.nodes:
             at = index[f"s{s}.{node.name}"]
             layout = BUFFERS(node.op.kind, f"layers[{s}].{node.name}")(cx, node)
             first, last_use = (mine[0], mine[-1]) if layout.stack_lifetime else (at, at)
-            tensors = sum(rows_p * ss.width(t) * 4 for t in live[node.name])
+            tensors = sum(rows_p * widths[t] * 4 for t in live[node.name])
             peak = max(peak, tensors + layout.values)
             if layout.geometry is not None:
                 geometries.append(OpGeometry(s, node.name, layout.library, layout.geometry))
@@ -138,6 +156,13 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
     table.add(sized("vec.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (2, max(most_vectors, 1)),
                     "dma_semaphore", 0, last, "[parity, vector of the running stack]"))
     return tuple(bindings), tuple(geometries), peak
+
+
+def layer_table(model, shard, request, points, kv, experts, rows_p, target):
+    """(a table of the layers' buffers alone, bindings, geometries, peak)."""
+    table = BufferTable()
+    return (table, *layer_buffers(table, model, shard, request, points, kv, experts, rows_p,
+                                  target))
 
 
 def _live_tensors(layer) -> dict[str, set[str]]:

@@ -15,21 +15,23 @@ stacks are one allocation, live over the union of their uses.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, OpGeometry, Operand, Point, Space
 from megakernel.compiler.layout import (LANES, RUN_LOOP_VALUES, itemsize, mib, round_up, sublanes,
                                        values_bytes)
-from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, sized
-from megakernel.compiler.plan_operands import operand_buffers, step_buffers
-from megakernel.compiler.ring_layout import RingLayout, ring_layout
+from megakernel.compiler.plan_buffers import BufferTable, layer_buffers, layer_table, sized
+from megakernel.compiler.plan_operands import operand_table
+from megakernel.compiler.ring_layout import RingLayout
 from megakernel.compiler.request import PlanRequest
 from megakernel.compiler.schedule_collectives import CollectiveSpec
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.target import Target
-from megakernel.compiler.tile_weights import (ExpertStream, WeightStream, expert_streams, piece_cols,
-                                              tile_stream)
+from megakernel.compiler.tile_weights import (ExpertStream, WeightStream, expert_streams,
+                                              ring_stream)
 from megakernel.errors import PlanningError
 from megakernel.ir.graph import Model
 from megakernel.ir.types import APPEND, WHOLE
@@ -157,7 +159,23 @@ class MemoryPlan:
         return {b.arg: b.buffer for b in self.bindings if (b.stack, b.node) == (stack, node)}
 
     def geometry_of(self, stack: int, node: str):
-        return next(g for g in self.geometries if (g.stack, g.node) == (stack, node))
+        return self._at[OpGeometry, stack, node]
+
+    def kv_of(self, stack: int, node: str) -> KVStream:
+        return self._at[KVStream, stack, node]
+
+    def experts_of(self, stack: int, node: str) -> ExpertStream:
+        return self._at[ExpertStream, stack, node]
+
+    @functools.cached_property
+    def _at(self) -> dict:
+        """(record type, stack, node) -> the op geometry, KV or expert stream
+        of that node (the cost rules look one up for every node of every
+        geometry the planner tries: a scan was quadratic in the stacks)."""
+        out = {}
+        for x in (*self.geometries, *self.kv, *self.experts):
+            out.setdefault((type(x), x.stack, x.node), x)
+        return out
 
     @property
     def smem_total(self) -> int:
@@ -263,30 +281,48 @@ def kv_tile_options(model: Model) -> list[int]:
     return opts or [seq]
 
 
+def _kept(memo: dict | None, key, make):
+    """``make()``, kept in ``memo`` under ``key`` (None: not kept)."""
+    if memo is None:
+        return make()
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
 def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanRequest,
                 geometry: Geometry, specs: tuple[CollectiveSpec, ...], *,
-                check: bool = True) -> MemoryPlan:
+                check: bool = True, memo: dict | None = None) -> MemoryPlan:
+    """``memo``: a dict the caller keeps for plans of the same model, shard,
+    target, request and specs (the geometry search's): the parts that do not
+    depend on the geometry, or on only some of its fields, are made once. A
+    model of hundreds of stacks has thousands of buffers, made again for each
+    geometry tried without it."""
     g = geometry
     dt = model.dtype.value
     quantum = LANES * itemsize(dt) * sublanes(dt)     # one native tile
     if g.bank_bytes % quantum or g.num_banks < 2:
         raise PlanningError(f"bank_bytes={g.bank_bytes} must be a multiple of {quantum} "
                             f"and num_banks={g.num_banks} at least 2", path="plan.ring")
-    points = program_points(model, shard)
+    points = _kept(memo, "points", lambda: program_points(model, shard))
     rows = request.rows
     rows_p = round_up(rows, 8)
-    stream = tile_stream(shard, g.bank_bytes, g.num_banks, piece_cols(shard, target))
-    ring = ring_layout(stream)
+    stream, ring = _kept(memo, ("stream", g.bank_bytes),
+                         lambda: ring_stream(shard, target, g.bank_bytes, g.num_banks))
+    if stream.num_banks != g.num_banks:       # the tiles do not depend on the count
+        stream = dataclasses.replace(stream, num_banks=g.num_banks)
+        ring = dataclasses.replace(ring, num_banks=g.num_banks)
     top_k = {name: st.layer.node(name).op.top_k for st, ss in zip(model.stacks, shard.stacks)
              for name, *_ in ss.experts}
-    experts = expert_streams(shard, rows, top_k, g.expert_slots, g.slot_chunks)
-    kv = kv_streams(model, shard, request, g.kv_tile)
+    experts = _kept(memo, ("experts", g.expert_slots, g.slot_chunks), lambda: expert_streams(
+        shard, rows, top_k, g.expert_slots, g.slot_chunks))
+    kv = _kept(memo, ("kv", g.kv_tile), lambda: kv_streams(model, shard, request, g.kv_tile))
     index = {p.label: p.index for p in points}
     last = len(points) - 1
-    table = BufferTable()
     # The call's operands and outputs first (their order is the call's).
-    operands = operand_buffers(table, model, shard, request, rows_p, last)
-    step_buffers(table, request, rows_p, last)
+    first, operands = _kept(memo, "operands",
+                            lambda: operand_table(model, shard, request, rows_p, last))
+    table = BufferTable(first)
     # Step-wide scratch: the ring, the embedding gather, the residual stream.
     table.add(sized("ring.banks", Space.VMEM, Kind.WEIGHT_RING, ring.shape, ring.dtype, 0, last,
                     "tile t in bank t % R, at its top-left corner; wide tiles folded"))
@@ -306,8 +342,12 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
     if shard.cores > 1:
         table.add(sized("barrier", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "barrier_semaphore",
                         0, 0, "start handshake before the first remote copy", role="builtin"))
-    bindings, geometries, layer_peak = layer_buffers(table, model, shard, request, points, kv,
-                                                     experts, rows_p, target)
+    part, *layers = _kept(memo, ("layers", g.kv_tile, g.expert_slots, g.slot_chunks),
+                          lambda: layer_table(model, shard, request, points, kv, experts,
+                                               rows_p, target))
+    if not table.merge(part):          # a layer buffer's name is taken: add them in order here
+        layers = layer_buffers(table, model, shard, request, points, kv, experts, rows_p, target)
+    bindings, geometries, layer_peak = layers
     # The head holds the normed hidden state and a few logits blocks as values.
     head_peak = 4 * rows_p * (model.hidden_size + 3 * stream.head_block)
     values = values_bytes(ring.bank_rows * ring.bank_cols * itemsize(ring.dtype), ring.max_pieces,
@@ -319,7 +359,7 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
                       tuple(tuple(n.name for n in st.layer.nodes) for st in model.stacks),
                       buffers, operands, bindings, geometries, ring, stream, experts,
                       kv, values, target.vmem_budget, target.smem_bytes, target.hbm_bytes,
-                      state_streams(model, shard, request, buffers))
+                      _kept(memo, "states", lambda: state_streams(model, shard, request, buffers)))
     if check:
         _check_capacity(plan, target)
     return plan

@@ -148,3 +148,12 @@ def step_buffers(table: BufferTable, request, rows_p: int, last: int) -> None:
             ("step.sems", Space.SEMAPHORE, Kind.SEMAPHORES, (1,), "dma_semaphore",
              "argmax VMEM -> SMEM")):
         table.add(sized(name, space, kind, shape, dtype, *whole, note))
+
+
+def operand_table(model, shard, request, rows_p: int, last: int):
+    """(buffers by name, operands) of the call's operands and outputs and a
+    multi-step call's scratch: the first buffers of every plan."""
+    table = BufferTable()
+    operands = operand_buffers(table, model, shard, request, rows_p, last)
+    step_buffers(table, request, rows_p, last)
+    return dict(zip((b.name for b in table.buffers()), table.buffers())), operands

@@ -29,6 +29,7 @@ from megakernel.compiler.expert_stream import (ExpertStream, chunk_options,  # n
                                                expert_streams)
 from megakernel.compiler.matrix_tiles import _spans, _totals, tile_matrix  # noqa: F401
 from megakernel.compiler.quantized_tiles import _quantized_tiles, row_blocks, slice_ok  # noqa: F401
+from megakernel.compiler.ring_layout import ring_layout
 from megakernel.compiler.shard import ShardPlan
 from megakernel.compiler.weight_stream import (NodeTiles, StackStream, StreamEntry,  # noqa: F401
                                                Tile, WeightStream)
@@ -90,6 +91,12 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int,
     block = head[0].cols
     return WeightStream(bank_bytes, num_banks, tuple(stacks), head, offset, block, nbytes,
                         elements, mxu)
+
+
+def ring_stream(shard: ShardPlan, target, bank_bytes: int, num_banks: int):
+    """(the weight stream, its ring layout) for banks of ``bank_bytes`` on ``target``."""
+    stream = tile_stream(shard, bank_bytes, num_banks, piece_cols(shard, target))
+    return stream, ring_layout(stream)
 
 
 def _run_tiles(st, tiles) -> tuple[tuple[int, int, int, int], ...]:
