@@ -320,14 +320,15 @@ def shipped_quantized() -> list[FixtureSpec]:
             dict(gpt_oss.kwargs, intermediate_size=128), router="gpt_oss", shipped="mxfp4"),
         FixtureSpec(
             "deepseek_v3_fp8", "deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM",
-            # Every quantized matrix is whole 128 x 128 blocks (q_b and kv_b 4 x 64
-            # rows, o_proj 4 x 32 inputs, shared down 2 x 64) or one cut-short
-            # block: transformers 5.24 derives the block from the scale grid
-            # (rows / scale rows), which is right for those two cases only.
+            # Every quantized matrix is whole 128 x 128 blocks (q_b 4 x 64 rows,
+            # kv_b 4 x 96) or one cut-short block: transformers 5.24 derives the
+            # block from the scale grid (rows / scale rows), right for those two
+            # cases only. Inputs split over 2 cores stay whole blocks per core
+            # (o_proj 4 x 64, dense down 256, shared down 4 x 64).
             _deepseek_kwargs(
                 hidden_size=128, q_lora_rank=128, qk_nope_head_dim=32, qk_rope_head_dim=32,
-                v_head_dim=32, n_routed_experts=4, moe_intermediate_size=64,
-                n_shared_experts=2, n_group=1, topk_group=1,
+                v_head_dim=64, intermediate_size=256, n_routed_experts=4,
+                moe_intermediate_size=64, n_shared_experts=4, n_group=1, topk_group=1,
                 rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
             router="deepseek", router_scale=2.0, shipped="fp8"),
     ]
