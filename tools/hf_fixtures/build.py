@@ -24,9 +24,12 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from .checks import DeepseekRoutingCheck, RoutingCounter, RoutingTooFragile, check_llama3_scaling
+from . import shipped
 from .reference import StateRecorder, assert_torch_paths, classes, load_fp32, run_reference
-from .spec import (ABLATION_MIN, B, E_BIAS_STD, EMBED_STD, ROUTER_CLASSES, T0,
-                   ZERO_CENTRED_NORMS, FixtureSpec, family_seed)
+from .spec import (ABLATION_MIN, B, DEEPSEEK_FP8, E_BIAS_STD, EMBED_STD, GPT_OSS_MXFP4,
+                   ROUTER_CLASSES, T0, ZERO_CENTRED_NORMS, FixtureSpec, family_seed)
+
+SHIPPED = {"mxfp4": GPT_OSS_MXFP4, "fp8": DEEPSEEK_FP8}
 
 
 @torch.no_grad()
@@ -159,7 +162,9 @@ def make(spec: FixtureSpec, out_root: Path) -> None:
 
 
 def _save_bf16(spec: FixtureSpec, out_dir: Path, seed: int):
-    """Build the model at ``seed``, save it in bf16 to ``out_dir``; its config."""
+    """Build the model at ``seed``, save it in bf16 to ``out_dir`` (then, for a
+    ``shipped`` spec, rewrite it in that layout); (its config, {name: value}
+    of the tensors shipped quantized)."""
     cfg_cls, model_cls = classes(spec)
     torch.manual_seed(seed)
     cfg = cfg_cls(**spec.kwargs)
@@ -174,7 +179,9 @@ def _save_bf16(spec: FixtureSpec, out_dir: Path, seed: int):
     for extra in out_dir.iterdir():
         if extra.name not in ("config.json", "model.safetensors"):
             extra.unlink()
-    return cfg
+    if spec.shipped is None:
+        return cfg, {}
+    return cfg, shipped.ship(spec.shipped, out_dir, SHIPPED[spec.shipped])
 
 
 def make_once(spec: FixtureSpec, out_root: Path, seed: int) -> None:
@@ -186,7 +193,7 @@ def make_once(spec: FixtureSpec, out_root: Path, seed: int) -> None:
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    cfg = _save_bf16(spec, out_dir, seed)
+    cfg, values = _save_bf16(spec, out_dir, seed)
 
     # Reload the bf16 checkpoint as float32: weights are exactly the bf16 values,
     # rotary inv_freq is recomputed in float32 from the config.
@@ -197,6 +204,9 @@ def make_once(spec: FixtureSpec, out_root: Path, seed: int) -> None:
             continue
         assert p.dtype == torch.float32, pname
         assert torch.equal(p, p.to(torch.bfloat16).float()), f"{pname} not bf16-exact"
+    if values:
+        print(f"   transformers read {shipped.check_dequantized(ref, values)} shipped "
+              f"{spec.shipped} tensors as written")
 
     gen = torch.Generator().manual_seed(seed + 1)
     V = cfg.vocab_size

@@ -78,6 +78,9 @@ class FixtureSpec:
     ablations: list[tuple[str, Callable]] = field(default_factory=list)
     attempts: int = 50  # seeds tried until the routing margins are comfortable
     llama3_rope: bool = False  # check and print that llama3 rope scaling changes frequencies
+    # None (bf16 as saved) or how the saved bf16 weights are then shipped: "mxfp4"
+    # (gpt-oss's native experts) or "fp8" (DeepSeek block fp8); see shipped.py.
+    shipped: str | None = None
 
 
 def family_seed(name: str) -> int:
@@ -294,9 +297,46 @@ def second_generation() -> list[FixtureSpec]:
     ]
 
 
+# Two checkpoints quantized as their producers ship them (issue 33).
+# gpt-oss-20b's config.json: everything but the experts stays bf16.
+GPT_OSS_MXFP4 = {"quant_method": "mxfp4", "modules_to_not_convert": [
+    "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+# DeepSeek-V3.1's config.json: 128 x 128 blocks, power-of-two scales (ue8m0).
+DEEPSEEK_FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}
+
+
+def shipped_quantized() -> list[FixtureSpec]:
+    """gpt-oss with its experts in OpenAI's MXFP4 ``*_blocks`` / ``*_scales``,
+    and a DeepSeek-V3 in block fp8 whose routed experts' down projections
+    have 64 inputs, half a 128-wide block (every other quantized input width
+    is 128)."""
+    gpt_oss = next(s for s in second_generation() if s.name == "gpt_oss")
+    return [
+        FixtureSpec(
+            "gpt_oss_mxfp4", "gpt_oss", "GptOssConfig", "GptOssForCausalLM",
+            # intermediate 128: both expert matrices are whole 64-row e2m1 code
+            # tiles, so the experts load (and run) as MXFP4 codes
+            dict(gpt_oss.kwargs, intermediate_size=128), router="gpt_oss", shipped="mxfp4"),
+        FixtureSpec(
+            "deepseek_v3_fp8", "deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM",
+            # Every quantized matrix is whole 128 x 128 blocks (q_b 4 x 64 rows,
+            # kv_b 4 x 96) or one cut-short block: transformers 5.24 derives the
+            # block from the scale grid (rows / scale rows), right for those two
+            # cases only. Inputs split over 2 cores stay whole blocks per core
+            # (o_proj 4 x 64, dense down 256, shared down 4 x 64).
+            _deepseek_kwargs(
+                hidden_size=128, q_lora_rank=128, qk_nope_head_dim=32, qk_rope_head_dim=32,
+                v_head_dim=64, intermediate_size=256, n_routed_experts=4,
+                moe_intermediate_size=64, n_shared_experts=4, n_group=1, topk_group=1,
+                rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
+            router="deepseek", router_scale=2.0, shipped="fp8"),
+    ]
+
+
 def specs() -> list[FixtureSpec]:
     """Every fixture, in the order the generator writes them."""
-    return first_generation() + second_generation()
+    return first_generation() + second_generation() + shipped_quantized()
 
 
 def names() -> list[str]:
