@@ -15,13 +15,23 @@ from megakernel.cli import args as cli_args
 
 
 def check_hf(args) -> int:
-    from megakernel.errors import CheckError
+    from megakernel.errors import CheckError, shown
     from megakernel.testing import check_hf_fixture
 
     fixture = Path(args.hf)
     given = Path(args.model)
     same = given.name == "config.json" and given.parent or given
-    if not (fixture.is_dir() and same.exists() and same.resolve() == fixture.resolve()):
+    usable = None
+    try:
+        usable = fixture.is_dir()
+        usable = usable and same.exists() and same.resolve() == fixture.resolve()
+    except (OSError, ValueError) as err:
+        # a name too long for the file system, a NUL byte: say which argument gave it
+        flag, text = ("--hf", args.hf) if usable is None else ("MODEL", args.model)
+        reason = getattr(err, "strerror", None) or str(err)
+        raise CheckError(f"cannot look at {shown(text)}: {shown(reason)}", path=flag,
+                         hint="give the fixture folder") from None
+    if not usable:
         raise CheckError(f"MODEL {args.model!r} is not the fixture folder {args.hf!r}: --hf "
                          "checks the model of the fixture's own config.json and weights",
                          path="--hf", hint=f"give the fixture folder as MODEL: megakernel "
