@@ -50,6 +50,8 @@ def _modules() -> dict[str, Path]:
     for pkg, folder in roots.items():
         for f in (ROOT / folder).rglob("*.py"):
             rel = f.relative_to(ROOT / folder).with_suffix("")
+            if any(p.startswith(".") for p in rel.parts):
+                continue   # hidden folders: virtual environments (.venv, .venv-hf)
             parts = [p for p in rel.parts if p != "__init__"]
             if pkg == "megakernel" and parts and parts[0] in ("ir", "compiler", "backends",
                                                              "models"):
