@@ -15,6 +15,7 @@ accepted one costs a plan of a tiny model, never a kernel check.
 """
 
 import contextlib
+import copy
 import io
 import json
 import shutil
@@ -95,6 +96,15 @@ POOL = ["", "a\nb", "\u00e9\u2603\x00", "x" * 70_000, HOSTILE, 0, -1, 1, 3, 2**3
         10**30, Raw("1" + "0" * 5000), 0.5, -0.0, 1e308, Raw("NaN"), Raw("Infinity"),
         Raw("-Infinity"), True, False, None, [], {}, [1, 2], {"a": 1}, [[[]]],
         Raw("[" * 40 + "]" * 40), "float32", "silu"]
+
+
+def pool_values():
+    """A fresh copy of a ``POOL`` value: a later mutation of the same document
+    may reach into it, and must not change ``POOL`` for the next example (that
+    made hypothesis's replay draw from a different list, FlakyStrategyDefinition)."""
+    return st.sampled_from(POOL).map(copy.deepcopy)
+
+
 UNKNOWN_KEYS = ["zz_unknown", "k\u00e9y\n", "__class__", ""]
 
 
@@ -131,12 +141,12 @@ def mutated(draw, doc: dict, source: str):
             del parent[leaf]
         elif how == "unknown" and isinstance(parent, dict):
             key = draw(st.sampled_from(UNKNOWN_KEYS))
-            parent[key] = draw(st.sampled_from(POOL))
+            parent[key] = draw(pool_values())
             words.add(key.strip() or source)
         elif how == "twice" and isinstance(parent, dict) and path[:-1]:
             _at(doc, path[:-2])[path[-2]] = Pairs([*parent.items(), (leaf, parent[leaf])])
         else:
-            parent[leaf] = draw(st.sampled_from(POOL))
+            parent[leaf] = draw(pool_values())
     text = dump(doc)
     if draw(st.integers(0, 5)) == 0:          # cut short: never valid JSON
         text = text[:draw(st.integers(0, len(text) - 1))]
