@@ -13,10 +13,15 @@ PYTHON312 := $(shell tools/find-python312)
 
 .PHONY: demo test test-fast bench golden hf-fixtures clean-venv
 
+# setuptools prints one notice on every editable install ("Editable
+# installation ... folders in your working directory with the same name as
+# your package"): general advice, not about this package, whose folders map to
+# megakernel.* by pyproject either way. It is filtered by its message alone, so
+# any other setuptools warning still shows (tests/test_install_quiet.py).
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,tpu-aot,bench]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[test,tpu-aot,bench]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
