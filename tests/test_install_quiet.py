@@ -11,6 +11,7 @@ package, and the Makefile filters it by its message alone.
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_building_the_wheel_prints_no_setuptools_warning(tmp_path):
+    # Built from a copy: setuptools leaves build/ and *.egg-info in the tree it
+    # builds, and the checkout must stay as the suite found it.
+    src, wheels = tmp_path / "src", tmp_path / "wheels"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".*", "build", "*.egg-info", "__pycache__", "out"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(src)],
         env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert list(tmp_path.glob("megakernel-*.whl")), proc.stdout
+    assert list(wheels.glob("megakernel-*.whl")), proc.stdout
     # Python's warning lines ("path:line: SetuptoolsWarning: ..."; pip shows
     # a build backend's as BuildBackendWarning), not pip's own "WARNING:" lines
     # about this machine's package index settings.
