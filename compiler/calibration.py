@@ -171,7 +171,7 @@ class Calibration:
         """MXU weight loads per cycle for a weight of ``dtype`` in its layout."""
         name = f"mxu_weights_per_cycle.{dtype}.{'nk' if transposed else 'kn'}"
         if name not in self.rates:
-            raise PlanningError(f"{where}: no calibrated MXU rate for weights of dtype "
+            raise PlanningError(f"no calibrated MXU rate for weights of dtype "
                                 f"{dtype!r} ({'[N, K]' if transposed else '[K, N]'} layout)",
                                 path=where, hint=f"add the format to calibrate_kernels.KERNELS "
                                                  f"and run `{COMMAND}`")
