@@ -14,6 +14,11 @@ dimension K, so a tile that is a block of K rows carries whole groups.
 | int4_g{32,64,128} | int4 in [-8, 7] | bf16 per g inputs, [K/g, N] | 4 + 16/g | 4 + 32/g |
 | fp8_b128 | float8 e4m3fn | f32 per 128 x 128 block, [K/128, N/128] | 8 + 32/16384 | 8 + 32/128 |
 | mxfp4 | e2m1 (4 bits) | E8M0 byte per 32 inputs, [K/32, N] | 4 + 8/32 | 4 + 32/32 |
+| nvfp4 | e2m1 (4 bits) | e4m3 per 16 inputs, [K/16, N], and one f32 per tensor | 4 + 8/16 | 4 + 32/16 |
+
+NVFP4's per-tensor f32 (global) scale is folded into its block scales when the
+weight is read (``shipped_scales.from_shipped``): the kernel streams one f32 scale
+per 16 inputs and output column, like every other format's.
 
 The kernel's operands hold the scales as f32, one per group and output column
 (``streamed_scale_shape``), streamed through the ring beside their codes.
@@ -57,7 +62,7 @@ class Format:
     code_bits: int      # 0 for plain
     group_rows: int     # input rows sharing one scale (WHOLE: all of them)
     group_cols: int     # output columns sharing one scale as shipped (fp8: 128)
-    scale: str          # storage of the scales: "bfloat16", "float32", "e8m0"
+    scale: str          # storage of the scales: "bfloat16", "float32", "e8m0", "float8_e4m3fn"
     scale_bits: int
     about: str
     # How the codes reach the MXU: "dequant" (decoded, times their scales, in
@@ -157,6 +162,9 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            "float8 e4m3fn codes, one f32 scale per 128 x 128 block (DeepSeek-V3)", "fp8"),
     Format("mxfp4", "float4_e2m1fn", 4, 32, 1, "e8m0", 8,
            "e2m1 codes, one E8M0 power-of-two scale per 32 inputs (OCP MX)", "fp8"),
+    Format("nvfp4", "float4_e2m1fn", 4, 16, 1, "float8_e4m3fn", 8,
+           "e2m1 codes, one e4m3 scale per 16 inputs and one f32 scale per tensor "
+           "(NVIDIA NVFP4)", "fp8"),
 )}
 PLAIN = FORMATS["plain"]
 

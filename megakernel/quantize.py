@@ -13,9 +13,14 @@ round-to-nearest, ties to even, per format:
 * mxfp4 (OCP MX v1.0): per 32 inputs and column the shared exponent
   E = floor(log2(max|w|)) - 2 (2 = e2m1's largest exponent), s = 2^E stored as
   the E8M0 byte E + 127, q = e2m1(w / s) rounded to nearest even and saturated
-  to +-6.
+  to +-6;
+* nvfp4 (NVIDIA's recipe, as llm-compressor writes it): per matrix (each
+  expert's own) the global scale 1/G = 6 x 448 / max|w| (f32), so every block
+  scale fits e4m3; per 16 inputs and column b = e4m3((max|w| / 6) / G), at
+  least e4m3's smallest subnormal 2^-9, s = b / (1/G) (f32), q = e2m1(w / s)
+  rounded to nearest even, saturated to +-6.
 
-An all-zero group gets scale 1 (E8M0 byte 127). ``Packed.scales`` are always
+An all-zero group gets scale 1 (E8M0 byte 127; nvfp4's b = 1). ``Packed.scales`` are always
 per output column, [..., K / g, N] f32 (fp8's per-128-column block scales are
 repeated over their columns, int8's single row is [..., 1, N]), so slicing
 columns for a core never cuts a scale.
@@ -151,6 +156,8 @@ def _quantize(fmt: Format, w: np.ndarray) -> Packed:
         s = np.repeat(s, cols, axis=-1)[..., :n]            # per column
         q = (w / _spread(s, g)).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
         return Packed(fmt, q, s)
+    if fmt.code == "float4_e2m1fn" and fmt.scale == "float8_e4m3fn":
+        return Packed(fmt, *_nvfp4(w, g))
     if fmt.code == "float4_e2m1fn":
         amax = _amax(w, g)
         e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - 2, 0)
@@ -162,9 +169,27 @@ def _quantize(fmt: Format, w: np.ndarray) -> Packed:
     raise ValueError(f"format {fmt.name!r} has no quantizer")
 
 
-def e8m0_scales(exponent_bytes: np.ndarray) -> np.ndarray:
-    """E8M0 bytes (1..254; 0 and 255 are refused by the loaders) -> f32 2^(b - 127)."""
-    return np.exp2(np.asarray(exponent_bytes, np.float32) - 127).astype(np.float32)
+def _e2m1(x: np.ndarray) -> np.ndarray:
+    """e2m1 bit patterns (uint8, sign in bit 3) of ``x``, rounded to nearest
+    even and saturated to +-6."""
+    return np.clip(x, -6.0, 6.0).astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+
+
+E4M3_MAX, E2M1_MAX = 448.0, 6.0
+
+
+def _nvfp4(w: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, f32 scales) of ``w`` [..., K, N] in NVFP4 (module docstring),
+    in f32 step by step as llm-compressor rounds, so a checkpoint it wrote
+    and quantize-on-load of the same weights hold the same codes and scales."""
+    f32 = np.float32
+    top = np.abs(w).max(axis=(-2, -1), keepdims=True).astype(f32)   # one per matrix
+    inv = np.where(top > 0, f32(E2M1_MAX * E4M3_MAX) / np.where(top > 0, top, 1), 1).astype(f32)
+    amax = _amax(w, g).astype(f32)
+    b = ((amax / f32(E2M1_MAX)) * inv).astype(ml_dtypes.float8_e4m3fn).astype(f32)
+    b = np.where(amax > 0, np.maximum(b, f32(2.0 ** -9)), 1).astype(f32)
+    s = (b / inv).astype(f32)
+    return _e2m1(w / _spread(s, g)), s
 
 
 def decode_np(p: Packed) -> np.ndarray:
@@ -289,51 +314,3 @@ def quantize_weights(model, weights: dict, dtype=None) -> dict:
             out[name] = quantize(fmt, np.asarray(out[name], np.float32),
                                  (dtype or model.dtype).value)
     return out
-
-
-def from_shipped(fmt: Format, codes: np.ndarray, scales: np.ndarray, name: str,
-                 dtype: str = "bfloat16", *, codes_name: str = "",
-                 transposed: bool = False) -> Packed:
-    """A weight as a checkpoint ships it, in the IR's [..., K, N] orientation:
-    ``codes`` (int8 values; e4m3 or e2m1 bit patterns as uint8, or a float8
-    array) and ``scales`` as shipped (int8/int4: [..., K/g, N]; fp8_b128: f32
-    [..., ceil(K/128), ceil(N/128)]; mxfp4: E8M0 bytes [..., K/32, N]).
-    Malformed scales are a ``ConfigError`` naming the tensor ``name``: a zero,
-    NaN or infinite scale, an E8M0 byte 0 or 255 (not a usable power of two);
-    NaN e4m3 codes name ``codes_name`` (default ``name``). ``transposed``: the
-    arrays are a checkpoint's [..., out, in] tensors transposed, so an error
-    gives the index of the bad scale in the tensor as stored."""
-    from megakernel.errors import ConfigError
-
-    codes = np.asarray(codes)
-    if codes.dtype == ml_dtypes.float8_e4m3fn:
-        codes = codes.view(np.uint8)
-    k, n = codes.shape[-2:]
-    want = fmt.scale_shape(codes.shape)
-    if tuple(scales.shape) != want:
-        raise ConfigError(f"scales have shape {tuple(scales.shape)}, expected {want} for "
-                          f"{fmt.name} codes of shape {tuple(codes.shape)}", path=name)
-    if fmt.scale == "e8m0":
-        raw = np.asarray(scales).astype(np.int64)
-        bad = (raw <= 0) | (raw >= 255)
-        what = "E8M0 bytes 0 or 255"
-    else:
-        raw = np.asarray(scales, np.float32)
-        bad = ~np.isfinite(raw) | (raw == 0)
-        what = "zero, NaN or infinite scales"
-    if bad.any():
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        stored = (*first[:-2], first[-1], first[-2]) if transposed else first
-        raise ConfigError(f"{int(bad.sum())} {what} (first at {list(stored)}: "
-                          f"{raw[first].item()!r})", path=name,
-                          hint="the checkpoint's scales are corrupt or not of this format")
-    if fmt.code == "float8_e4m3fn" and ((codes & 0x7F) == 0x7F).any():
-        raise ConfigError("float8 e4m3 codes hold NaN (0x7f / 0xff)", path=codes_name or name,
-                          hint="the checkpoint's codes are corrupt")
-    if fmt.scale == "e8m0":
-        s = e8m0_scales(raw)
-    elif fmt.group_cols > 1:            # block scales, repeated over their columns
-        s = np.repeat(raw, fmt.group_cols, axis=-1)[..., :n]
-    else:
-        s = raw
-    return Packed(fmt, codes, s.astype(np.float32), dtype)

@@ -23,6 +23,12 @@ loads. ``models/shipped_view.py`` reads the tensors through a ``Scheme``.
     or 128 give int4_g32/64/128, int8 per channel gives int8.
   - ``mxfp4-pack-quantized``: ``X.weight_packed`` U8 [out, in/2] of e2m1
     codes, ``X.weight_scale`` U8 E8M0 exponents [out, in/32], giving mxfp4.
+  - ``nvfp4-pack-quantized`` (strategy ``tensor_group``, weight-only NVFP4A16):
+    ``X.weight_packed`` as mxfp4's, ``X.weight_scale`` F8_E4M3 [out, in/16]
+    and ``X.weight_global_scale`` F32 [1], giving nvfp4; a weight is
+    code x (scale / global_scale), in f32 (``fp4_quantized.py``
+    ``decompress_weight``), so the global scale is the reciprocal of the one
+    the kernel's scales are multiplied by.
 * ``mxfp4`` (gpt-oss as OpenAI ships it; transformers' ``Mxfp4Config``): the
   experts of every MLP but the ``modules_to_not_convert`` ship as
   ``X.experts.{gate_up_proj,down_proj}_blocks`` U8 [E, out, in/32, 16] (the
@@ -73,7 +79,9 @@ class Layout:
     replaces, one of ``stems`` (``X.weight``: "weight"). ``blocks``: the codes'
     last two axes are [in / (per blocks), blocks], merged on read. ``ndim``:
     dimensions of the float tensor ([E, ...] for fused experts); ``in_out``:
-    the float tensor is [..., in, out] rather than Hugging Face's [out, in]."""
+    the float tensor is [..., in, out] rather than Hugging Face's [out, in].
+    ``global_scale``: ``X.{global_scale}`` is the module's f32 scale over its
+    block scales (nvfp4), the reciprocal of one (``global_divides``)."""
 
     method: str
     fmt: str
@@ -90,6 +98,8 @@ class Layout:
     blocks: int = 0
     ndim: int = 2
     in_out: bool = False
+    global_scale: str = ""
+    global_divides: bool = False
 
     def names(self, module: str, stem: str) -> tuple[str, str, str]:
         """The codes, scales and shape tensor names of ``module.stem``."""
@@ -130,8 +140,12 @@ _PACKED = {
     ("mxfp4-pack-quantized", "float", 4, "group"): lambda g: Layout(
         "compressed-tensors", "mxfp4", "weight_packed", ("U8",), "weight_scale", ("U8",),
         per=2, bits=4, shape="weight_shape"),
+    ("nvfp4-pack-quantized", "float", 4, "tensor_group"): lambda g: Layout(
+        "compressed-tensors", "nvfp4", "weight_packed", ("U8",), "weight_scale", ("F8_E4M3",),
+        per=2, bits=4, shape="weight_shape", global_scale="weight_global_scale",
+        global_divides=True),
 }
-_GROUPS = {"int4": (32, 64, 128), "int8": (None,), "mxfp4": (32,)}
+_GROUPS = {"int4": (32, 64, 128), "int8": (None,), "mxfp4": (32,), "nvfp4": (16,)}
 GPT_OSS_MXFP4 = Layout("mxfp4", "mxfp4", "{stem}_blocks", ("U8",), "{stem}_scales", ("U8",),
                        per=2, bits=4, stems=("gate_up_proj", "down_proj"), blocks=16, ndim=3,
                        in_out=True)
@@ -297,7 +311,8 @@ def _ct_group(name: str, spec: Any, fmt: Any, problems: list[str]) -> Group | No
             f"{where}weights: format={shown(fmt)}, type={shown(key[1])}, num_bits="
             f"{shown(key[2])}, strategy={shown(key[3])} has no IR format; loadable: "
             "pack-quantized int 4-bit group (int4_g32/64/128), pack-quantized int 8-bit "
-            "channel (int8), mxfp4-pack-quantized float 4-bit group 32 (mxfp4)")
+            "channel (int8), mxfp4-pack-quantized float 4-bit group 32 (mxfp4), "
+            "nvfp4-pack-quantized float 4-bit tensor_group 16 (nvfp4)")
         return None
     size = w.get("group_size")
     layout = _PACKED[key](size)

@@ -19,7 +19,7 @@ stacking), which sees the checkpoint through a ``View``:
 
 A module shipped in another format than the weight's is an error: the
 codes would be rounded a second time. Every tensor is checked on the way
-(``quantize.from_shipped``: scale shapes, zero / NaN / infinite scales, E8M0
+(``shipped_scales.from_shipped``: scale shapes, zero / NaN / infinite scales, E8M0
 bytes 0 and 255, NaN e4m3 codes), errors naming the checkpoint tensor.
 
 ``card_table`` gives the card's ``quantize`` table of a quantized config: a
@@ -38,7 +38,8 @@ from megakernel.ir.types import ParamSpec
 from megakernel.models.checkpoint_families import family_tables
 from megakernel.models.checkpoint_names import LAYER_PREFIX, PREFIXES, weight_sources
 from megakernel.models.shipped import Layout, Scheme
-from megakernel.quantize import Packed, decode_np, from_shipped
+from megakernel.quantize import Packed, decode_np
+from megakernel.shipped_scales import from_shipped
 
 # The kinds whose kernel path reads formats (formats.PLAIN_ONLY and the
 # planner's refusal of a quantized LM head keep the others plain).
@@ -181,7 +182,7 @@ def _logical_shape(files, module: str, stem: str, layout: Layout) -> tuple[int, 
 
 def _read_packed(files, module: str, stem: str, layout: Layout) -> Packed:
     """The tensor's codes and scales in the IR's orientation ([..., in, out]
-    and [..., in / g, out]), checked by ``quantize.from_shipped``."""
+    and [..., in / g, out]), checked by ``shipped_scales.from_shipped``."""
     fmt = formats.get(layout.fmt)
     width = _logical_shape(files, module, stem, layout)[-1]
     codes_name, scale_name, _ = layout.names(module, stem)
@@ -200,10 +201,25 @@ def _read_packed(files, module: str, stem: str, layout: Layout) -> Packed:
         # from_shipped checks the scales' shape and values; int8's per-channel
         # scales ship as [out, 1], i.e. [1, out] in the IR's orientation.
         return from_shipped(fmt, np.swapaxes(codes, -1, -2), np.swapaxes(np.asarray(scales), -1, -2),
-                            scale_name, codes_name=codes_name, transposed=True)
+                            scale_name, codes_name=codes_name, transposed=True,
+                            global_scale=_global_scale(files, module, layout),
+                            global_name=f"{module}.{layout.global_scale}",
+                            global_divides=layout.global_divides)
     except ConfigError as err:
         raise ConfigError(f"{err.path}: {err.message}", path="checkpoint",
                           hint=err.hint) from None
+
+
+def _global_scale(files, module: str, layout: Layout):
+    """The f32 scale over a module's block scales (nvfp4), or None when its
+    layout has none; a layout that needs one and finds none is named."""
+    if not layout.global_scale:
+        return None
+    name = f"{module}.{layout.global_scale}"
+    if not files.has(name):
+        raise ConfigError(f"{name} is missing: {layout.fmt} block scales need the module's "
+                          "global scale", path="checkpoint", hint="the checkpoint is incomplete")
+    return files.get_coded(name, ("F32",), "global scale")
 
 
 def weight_kinds(model) -> dict[str, str]:

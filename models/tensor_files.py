@@ -244,7 +244,7 @@ class TensorFiles:
     def get_coded(self, name: str, dtypes: tuple[str, ...], role: str) -> np.ndarray:
         """A tensor a quantized format names (``role``: "codes", "scales", ...),
         as stored, refused by name unless its dtype is one of ``dtypes``. Values
-        are not checked here: the format's reader does (quantize.from_shipped)."""
+        are not checked here: the format's reader does (shipped_scales.from_shipped)."""
         t = self.tensors[name]
         if t.dtype not in dtypes:
             self.used.add(name)

@@ -175,7 +175,7 @@ def plan_args(p, *, model_optional: bool = False) -> None:
                    help="tp, ep, or an expert-parallel degree")
     p.add_argument("--quantize", action="append", default=None, metavar="KIND=FORMAT",
                    help="store a weight kind (dense, or experts of a MoE model) in a "
-                        "format (int8, int4_g32/64/128, fp8_b128, mxfp4), rounded to "
+                        "format (int8, int4_g32/64/128, fp8_b128, mxfp4, nvfp4), rounded to "
                         "nearest on load; repeatable, each kind once; over the card's own "
                         "quantize table")
 

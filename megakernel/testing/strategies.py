@@ -202,7 +202,7 @@ for _feature in (
 
 # Quantized dense weights (megakernel/formats.py): a format whose code tiles
 # and scale groups divide every per-core input width of the card.
-QUANTIZED = ("int8", "int4_g32", "int4_g64", "mxfp4", "int4_g128", "fp8_b128")
+QUANTIZED = ("int8", "int4_g32", "int4_g64", "mxfp4", "int4_g128", "fp8_b128", "nvfp4")
 
 
 def _fitting_formats(card: ModelConfig, cores: int, kind: str) -> list[str]:

@@ -9,6 +9,10 @@ and of megakernel/quantize.py: HF [out, in] orientation throughout.
   ``weight_scale`` bf16 per (output, input group); ``weight_shape`` int64.
 * compressed-tensors mxfp4: e2m1 nibbles two per byte, the even input column
   low; ``weight_scale`` E8M0 bytes (2^(b - 127)) per 32 inputs.
+* compressed-tensors nvfp4 (llm-compressor's NVFP4A16): nibbles as mxfp4's;
+  ``weight_global_scale`` f32 [1] = 6 x 448 / max|w|, ``weight_scale`` e4m3
+  per 16 inputs = (max|w_block| / 6) x global; a weight is code x (scale /
+  global), in f32.
 * gpt-oss mxfp4 (OpenAI's release): the fused experts' [E, in, out] float
   tensors become ``X_blocks`` U8 [E, out, in / 32, 16] (each scale group's
   32 nibbles, the even input low) and ``X_scales`` U8 [E, out, in / 32].
@@ -108,6 +112,29 @@ def mxfp4_values(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return v * np.repeat(np.exp2(scale.astype(np.float32) - 127), 32, axis=1)
 
 
+def nvfp4_pack(w: np.ndarray):
+    """[out, in] -> (uint8 [out, in / 2] nibble pairs, e4m3 [out, in / 16],
+    f32 global scale [1])."""
+    f32 = np.float32
+    top = f32(np.abs(w).max())
+    glob = f32(6 * 448) / top if top > 0 else f32(1)
+    amax = np.abs(w.reshape(w.shape[0], -1, 16)).max(axis=-1).astype(f32)
+    block = ((amax / f32(6)) * glob).astype(ml_dtypes.float8_e4m3fn).astype(f32)
+    block = np.where(amax > 0, np.maximum(block, f32(2.0 ** -9)), 1).astype(f32)
+    s = (block / glob).astype(f32)
+    q = np.clip(w / np.repeat(s, 16, axis=1), -6.0, 6.0)
+    nibble = q.astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+    packed = (nibble[:, 0::2] | (nibble[:, 1::2] << 4)).astype(np.uint8)
+    return packed, block.astype(ml_dtypes.float8_e4m3fn), np.array([glob], f32)
+
+
+def nvfp4_values(packed: np.ndarray, block: np.ndarray, glob: np.ndarray) -> np.ndarray:
+    nib = np.zeros((packed.shape[0], packed.shape[1] * 2), np.uint8)
+    nib[:, 0::2], nib[:, 1::2] = packed & 0xF, packed >> 4
+    v = np.where(nib & 8, -1.0, 1.0).astype(np.float32) * E2M1[nib & 7]
+    return v * np.repeat(block.astype(np.float32) / glob[0], 16, axis=1)
+
+
 def gpt_oss_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[E, in, out] -> (blocks [E, out, in / 32, 16], scales [E, out, in / 32],
     the dequantized [E, in, out] f32)."""
@@ -126,7 +153,7 @@ def gpt_oss_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def ship(tensors: dict, quantized: dict[str, str]) -> tuple[dict, dict]:
     """(shipped tensors, dequantized twin): ``quantized`` maps a module's
-    ``X.weight`` to its layout ("fp8", "int4_g32", ..., "int8", "mxfp4"); the
+    ``X.weight`` to its layout ("fp8", "int4_g32", ..., "int8", "mxfp4", "nvfp4"); the
     twin holds the numpy-dequantized values (f32) in their place."""
     out, twin = {}, {}
     for name, w in tensors.items():
@@ -143,6 +170,12 @@ def ship(tensors: dict, quantized: dict[str, str]) -> tuple[dict, dict]:
         elif layout == "gpt_oss_mxfp4":
             blocks, scale, twin[name] = gpt_oss_mxfp4(w)
             out |= {name + "_blocks": blocks, name + "_scales": scale}
+        elif layout == "nvfp4":
+            packed, block, glob = nvfp4_pack(w)
+            out |= {module + ".weight_packed": packed, module + ".weight_scale": block,
+                    module + ".weight_global_scale": glob,
+                    module + ".weight_shape": np.array(w.shape, np.int64)}
+            twin[name] = nvfp4_values(packed, block, glob)
         elif layout == "mxfp4":
             packed, scale = mxfp4_pack(w)
             out |= {module + ".weight_packed": packed, module + ".weight_scale": scale}

@@ -106,6 +106,20 @@ QWEN_MOE_MIXED = {**CT, "format": "mixed-precision", "config_groups": {
                         scale_dtype="torch.uint8")}}
 
 
+QWEN_MOE_NVFP4 = {**CT, "format": "mixed-precision", "config_groups": {
+    "attention": ct_group(["re:.*self_attn\\..*_proj$"], bits=8, group=None,
+                          strategy="channel"),
+    "experts": ct_group(["re:.*mlp\\.experts\\..*"], fmt="nvfp4-pack-quantized",
+                        kind="float", group=16, strategy="tensor_group",
+                        scale_dtype="torch.float8_e4m3fn")}}
+
+
+def _int8_attention_nvfp4_experts(name):
+    if ".self_attn." in name and name.endswith("proj.weight"):
+        return "int8"
+    return "nvfp4" if ".mlp.experts." in name else None
+
+
 def _int4_g32_but_router(name):
     return "int4_g32" if name.endswith("proj.weight") else None
 
@@ -120,7 +134,11 @@ def _int4_g128_attention_mxfp4_experts(name):
     (QWEN_MOE_INT4, _int4_g32_but_router, {"dense": "int4_g32", "experts": "int4_g32"}, True),
     (QWEN_MOE_MIXED, _int4_g128_attention_mxfp4_experts,
      {"dense": "int4_g128", "experts": "mxfp4"}, False),
-], ids=["int4_g32", "int4_g128+mxfp4"])
+    # the Muse Spark configuration's formats: int8 attention, NVFP4 experts,
+    # each expert with its own global scale
+    (QWEN_MOE_NVFP4, _int8_attention_nvfp4_experts,
+     {"dense": "int8", "experts": "nvfp4"}, True),
+], ids=["int4_g32", "int4_g128+mxfp4", "int8+nvfp4"])
 def test_compressed_tensors_load_as_shipped(tmp_path, config, pick, table, logits):
     tensors = W.qwen3_tensors(np.random.default_rng(1), W.QWEN3_MOE)
     chosen = {k: pick(k) for k in tensors if pick(k)}
@@ -184,6 +202,13 @@ def test_packing_order_is_compressed_tensors():
     ({**W.FP8, "fmt": "e5m2"}, "fmt: found 'e5m2', expected 'e4m3'"),
     ({**CT, "config_groups": {"g": ct_group(["Linear"], fmt="nvfp4-pack-quantized")}},
      "format='nvfp4-pack-quantized'"),
+    ({**CT, "config_groups": {"g": ct_group(["Linear"], fmt="nvfp4-pack-quantized",
+                                            kind="float", strategy="tensor_group")}},
+     "group_size: found 32, expected one of (16,)"),
+    ({**CT, "config_groups": {"g": {**ct_group(["Linear"], fmt="nvfp4-pack-quantized",
+                                               kind="float", group=16, strategy="tensor_group"),
+                                    "input_activations": {"num_bits": 4, "type": "float"}}}},
+     "input_activations"),
     ({**CT, "config_groups": {"g": ct_group(["Linear"], bits=2)}}, "num_bits=2"),
     ({**CT, "config_groups": {"g": ct_group(["Linear"], group=16)}},
      "group_size: found 16, expected one of (32, 64, 128)"),
@@ -217,8 +242,9 @@ def _packed_dense(tmp_path, layout, edit):
     tensors = W.qwen3_tensors(np.random.default_rng(4), {**W.QWEN3, "num_hidden_layers": 1})
     out, _ = W.ship(tensors, layouts([k for k in tensors if k.endswith("proj.weight")], layout))
     edit(out)
-    group = ct_group(["Linear"], fmt="mxfp4-pack-quantized", kind="float") \
-        if layout == "mxfp4" else ct_group(["Linear"])
+    group = {"mxfp4": ct_group(["Linear"], fmt="mxfp4-pack-quantized", kind="float"),
+             "nvfp4": ct_group(["Linear"], fmt="nvfp4-pack-quantized", kind="float", group=16,
+                               strategy="tensor_group")}.get(layout, ct_group(["Linear"]))
     return W.write(tmp_path / "q", {**W.QWEN3, "num_hidden_layers": 1, "quantization_config": {
         **CT, "config_groups": {"g": group}, "ignore": ["lm_head"]}}, out)
 
@@ -251,6 +277,15 @@ def _set(name, index, value):
      Q + "weight_scale: 1 E8M0 bytes 0 or 255"),
     (lambda p: _packed_dense(p, "mxfp4", _set(Q + "weight_scale", (3, 1), 255)),
      Q + "weight_scale: 1 E8M0 bytes 0 or 255 (first at [3, 1]: 255)"),
+    (lambda p: _packed_dense(p, "nvfp4", lambda t: t.pop(Q + "weight_global_scale")),
+     Q + "weight_global_scale is missing: nvfp4 block scales need the module's global scale"),
+    (lambda p: _packed_dense(p, "nvfp4", _set(Q + "weight_global_scale", 0, 0.0)),
+     Q + "weight_global_scale: global scale 0.0 is not a finite positive number"),
+    (lambda p: _packed_dense(p, "nvfp4", _set(Q + "weight_scale", (2, 5), np.nan)),
+     Q + "weight_scale: 1 NaN or negative e4m3 block scales (first at [2, 5]: nan)"),
+    (lambda p: _packed_dense(p, "nvfp4", lambda t: t.update(
+        {Q + "weight_global_scale": np.ones(1, np.float16)})),
+     Q + "weight_global_scale (global scale) is stored as F16"),
     (lambda p: _packed_dense(p, "int4_g32", lambda t: t.update(
         {Q + "weight_shape": np.array([128, 124], np.int64)})),
      "has shape [128, 124], expected [128, 128] (the [out, in] of " + Q + "weight is its "

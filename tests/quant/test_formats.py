@@ -15,6 +15,7 @@ from megakernel.ir.config import ModelConfig, build
 from megakernel.ir.serialize import model_from_json, model_to_json
 from megakernel.ir.weight_kinds import Quantize
 from megakernel.models import zoo
+from megakernel.shipped_scales import from_shipped
 
 
 def test_bytes_per_format_of_a_4096_square_matrix():
@@ -29,13 +30,14 @@ def test_bytes_per_format_of_a_4096_square_matrix():
         "int4_g128": n // 2 + (4096 // 128) * 4096 * 2,
         "fp8_b128": n + 32 * 32 * 4,               # f32 per 128 x 128 block, as shipped
         "mxfp4": n // 2 + (4096 // 32) * 4096,     # one E8M0 byte per 32 inputs
+        "nvfp4": n // 2 + (4096 // 16) * 4096,     # one e4m3 byte per 16 inputs
     }
     # as the kernel's HBM operands hold them: scales f32 per group and column
     streamed = {name: f.hbm_bytes(shape, 2) for name, f in formats.FORMATS.items()}
     assert streamed == {"plain": 2 * n, "int8": n + 4096 * 4,
                         "int4_g32": n // 2 + n // 32 * 4, "int4_g64": n // 2 + n // 64 * 4,
                         "int4_g128": n // 2 + n // 128 * 4, "fp8_b128": n + n // 128 * 4,
-                        "mxfp4": n // 2 + n // 32 * 4}
+                        "mxfp4": n // 2 + n // 32 * 4, "nvfp4": n // 2 + n // 16 * 4}
 
 
 def test_row_quantum_is_whole_code_tiles_and_whole_groups():
@@ -44,6 +46,7 @@ def test_row_quantum_is_whole_code_tiles_and_whole_groups():
     assert formats.get("int4_g128").row_quantum(4096) == 128
     assert formats.get("fp8_b128").row_quantum(4096) == 128
     assert formats.get("mxfp4").row_quantum(4096) == 64
+    assert formats.get("nvfp4").row_quantum(4096) == 64         # 4 groups of 16
 
 
 def test_blocks_bring_scale_slices_mosaic_can_cut():
@@ -130,6 +133,7 @@ def _packed(name, codes, n=128):
     # every e4m3 bit pattern but the two NaNs (0x7f, 0xff), which loaders refuse
     ("fp8_b128", np.array([b for b in range(256) if b & 0x7F != 0x7F], np.uint8)),
     ("mxfp4", np.arange(16, dtype=np.uint8)),
+    ("nvfp4", np.arange(16, dtype=np.uint8)),
 ])
 def test_the_shift_and_mask_decode_equals_ml_dtypes(name, codes):
     import jax.numpy as jnp
@@ -146,7 +150,7 @@ def test_the_shift_and_mask_decode_equals_ml_dtypes(name, codes):
 
 
 @pytest.mark.parametrize("name", ["int8", "int4_g32", "int4_g64", "int4_g128",
-                                  "fp8_b128", "mxfp4"])
+                                  "fp8_b128", "mxfp4", "nvfp4"])
 def test_round_to_nearest_stays_within_half_a_step(name):
     import jax.numpy as jnp
 
@@ -164,7 +168,8 @@ def test_round_to_nearest_stays_within_half_a_step(name):
         assert (np.abs(deq - w) <= np.maximum(np.abs(w) * 2**-4, scale * 2**-10)).all()
     else:
         # values over 6 x 2^E saturate (OCP MX): at most 2 steps of 2^E; below,
-        # half an e2m1 step (0.25 under 2, 0.5 to 4, 1 above)
+        # half an e2m1 step (0.25 under 2, 0.5 to 4, 1 above). nvfp4's block
+        # scale is e4m3-rounded, so max|w| / s is within 6 x (1 +- 2^-4)
         assert err.max() <= 2.0
         inside = np.abs(w) / scale <= 6
         assert (err[inside] <= np.where(np.abs(w[inside]) / scale[inside] < 4, 0.5, 1.0)).all()
@@ -187,7 +192,7 @@ def test_malformed_shipped_scales_are_named_by_tensor(name, bad, words):
     scales = scales * (127 if f.scale == "e8m0" else 1)
     scales[min(1, scales.shape[0] - 1), 3 if scales.shape[1] > 3 else 0] = bad
     with pytest.raises(ConfigError) as info:
-        Q.from_shipped(f, p.codes, scales, "layers.2.mlp.down")
+        from_shipped(f, p.codes, scales, "layers.2.mlp.down")
     assert str(info.value).startswith("layers.2.mlp.down: ") and words in str(info.value)
 
 
@@ -195,8 +200,54 @@ def test_shipped_scales_expand_to_the_streamed_layout():
     f = formats.get("fp8_b128")
     p = Q.quantize(f, np.random.default_rng(3).standard_normal((256, 384)))
     blocks = p.scales[:, ::128]                     # [2, 3]: one per 128 x 128 block
-    assert np.array_equal(Q.from_shipped(f, p.codes, blocks, "w").scales, p.scales)
+    assert np.array_equal(from_shipped(f, p.codes, blocks, "w").scales, p.scales)
     m = formats.get("mxfp4")
     q = Q.quantize(m, np.random.default_rng(4).standard_normal((128, 128)))
     exps = (np.log2(q.scales) + 127).astype(np.uint8)
-    assert np.array_equal(Q.from_shipped(m, q.codes, exps, "w").scales, q.scales)
+    assert np.array_equal(from_shipped(m, q.codes, exps, "w").scales, q.scales)
+
+
+def _nvfp4_shipped(seed=5, shape=(2, 128, 64)):
+    """A stack of two matrices quantized as nvfp4, and their block scales and
+    global scales as compressed-tensors stores them: e4m3 bytes b and 1/G."""
+    f = formats.get("nvfp4")
+    w = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    w[1] *= 300.0                       # the second matrix has its own global scale
+    p = Q.quantize(f, w)
+    inv = np.float32(6 * 448) / np.abs(w).max(axis=(-2, -1)).astype(np.float32)
+    blocks = (p.scales * inv[:, None, None]).astype(ml_dtypes.float8_e4m3fn)
+    return f, w, p, blocks, inv
+
+
+def test_nvfp4_scales_are_block_over_global_scale():
+    f, w, p, blocks, inv = _nvfp4_shipped()
+    # the block scales are exactly e4m3 values, and b / (1/G) gives back s
+    got = from_shipped(f, p.codes, blocks.view(np.uint8), "w", global_scale=inv,
+                       global_divides=True)
+    assert np.array_equal(got.scales, p.scales) and np.array_equal(got.codes, p.codes)
+    times = from_shipped(f, p.codes, blocks, "w", global_scale=1 / inv)   # modelopt's form
+    np.testing.assert_allclose(times.scales, p.scales, rtol=2**-23)
+    assert np.abs(w[1]).max() / np.abs(w[0]).max() > 100    # distinct global scales
+
+
+KEEP = "keep"      # the matrices' own global scales
+
+
+@pytest.mark.parametrize("block, glob, where, words", [
+    (((0, 3, 1), np.uint8(0x7F)), KEEP, "w", "NaN or negative e4m3 block scales (first at [0, 3, 1]"),
+    (((1, 0, 0), np.uint8(0xB8)), KEEP, "w", "NaN or negative"),          # e4m3 -1.0
+    (None, None, "w.global", "need the weight's global scale"),
+    (None, np.ones(3, np.float32), "w.global", "global scale has shape [3]"),
+    (None, np.array([1.0, 0.0], np.float32), "w.global", "not a finite positive"),
+])
+def test_malformed_nvfp4_scales_are_named(block, glob, where, words):
+    from megakernel.errors import ConfigError
+
+    f, _, p, blocks, inv = _nvfp4_shipped()
+    raw = blocks.view(np.uint8).copy()
+    if block is not None:
+        raw[block[0]] = block[1]
+    with pytest.raises(ConfigError) as info:
+        from_shipped(f, p.codes, raw, "w", global_scale=inv if glob is KEEP else glob,
+                     global_name="w.global", global_divides=True)
+    assert str(info.value).startswith(where + ": ") and words in str(info.value)
