@@ -38,9 +38,10 @@ def test_each_format_runs_its_cheapest_measured_path():
     each path reading its own word layout), and its own path (``Format.mxu``,
     which the cost model and the core floor read) is the fastest measured, so
     a libtpu that reverses a choice fails here. libtpu 0.0.51, weights per
-    cycle, own path vs the other: fp8_b128 4,369 (float8) vs 224 (bf16
-    decode); mxfp4 2,114 vs 218; int4_g32 / g64 / g128 2,081 / 4,228 / 4,369
-    (float8, u = c + 8) vs 889 / 940 / 952; int8 978 (dequant only)."""
+    cycle, own path vs the other: fp8_b128 4,681 (float8, block-diagonal)
+    vs 224 (bf16 decode); mxfp4 4,539 vs 218; nvfp4 2,196 vs 214; int4_g32 /
+    g64 / g128 4,681 each (float8, u = c + 8) vs 889 / 940 / 952; int8 978
+    (dequant only)."""
     cal = calibration.load()
     quantized = [f for f in formats.FORMATS.values() if not f.plain]
     for f in quantized:
