@@ -10,11 +10,12 @@
 #
 # torch MUST stay 2.13.0: pip takes that one from a local CPU wheel; any other
 # version would pull a multi-GB CUDA build from the index.  accelerate: transformers
-# refuses to read the pre-quantized fixtures (mxfp4, fp8) without it.
+# refuses to read the pre-quantized fixtures (mxfp4, fp8) without it; compressed-tensors
+# reads the NVFP4 one (qwen3_nvfp4).
 
 HF_VENV       ?= .venv-hf
 HF_PYTHON311  ?= $(shell command -v python3.11 2>/dev/null || echo /root/.pyenv/versions/3.11.7/bin/python3.11)
-HF_PIP_PINS   ?= torch==2.13.0 transformers==5.24.0 safetensors==0.8.0 numpy==2.4.6 accelerate==1.16.0
+HF_PIP_PINS   ?= torch==2.13.0 transformers==5.24.0 safetensors==0.8.0 numpy==2.4.6 accelerate==1.16.0 compressed-tensors==0.20.0
 HF_FIXTURES   ?= tests/fixtures/hf
 
 .PHONY: hf-fixtures hf-fixtures-verify hf-fixtures-crosscheck hf-venv

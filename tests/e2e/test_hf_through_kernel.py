@@ -66,11 +66,14 @@ def test_deepseek_fixture_through_kernel(family, devices, form):
 # logits transformers computed from the same files (the prefill through the
 # reference). DeepSeek's is read as the hub cache lays it out (a snapshot of
 # symlinks into blobs), the way most users have a checkpoint on disk.
-# Measured: at most 8.6e-7 (gpt_oss_mxfp4) and 1.5e-6 (deepseek_v3_fp8, decode
-# 1) of the logit scale; ~50 s and ~30 s.
+# qwen3_nvfp4's linears run as e2m1 codes with their e4m3 block scales over
+# each module's global scale (compressed-tensors NVFP4).
+# Measured: at most 8.6e-7 (gpt_oss_mxfp4), 1.5e-6 (deepseek_v3_fp8, decode
+# 1) and 7.2e-7 (qwen3_nvfp4, decode 2) of the logit scale; ~50, ~30, ~20 s.
 @pytest.mark.slow
 @pytest.mark.parametrize("family, overrides, as_hub_snapshot", [
-    ("gpt_oss_mxfp4", None, False), ("deepseek_v3_fp8", {"mla_form": "absorbed"}, True)])
+    ("gpt_oss_mxfp4", None, False), ("deepseek_v3_fp8", {"mla_form": "absorbed"}, True),
+    ("qwen3_nvfp4", None, False)])
 def test_shipped_quantized_fixture_through_kernel(family, overrides, as_hub_snapshot, tmp_path):
     folder = FIXTURES / family
     if as_hub_snapshot:

@@ -1,7 +1,8 @@
-"""The two Hugging Face fixtures quantized as their producers ship them
+"""The Hugging Face fixtures quantized as their producers ship them
 (tests/fixtures/hf/README.md, 'Quantized as shipped'): gpt-oss with OpenAI's
-MXFP4 experts and a DeepSeek-V3 in block fp8 whose routed experts' inputs end
-in half a block. Their logits come from transformers reading those files, so
+MXFP4 experts, a DeepSeek-V3 in block fp8 whose routed experts' inputs end
+in half a block, and a qwen3 in compressed-tensors NVFP4 (read by
+transformers through compressed-tensors' own decompression). Their logits come from transformers reading those files, so
 loading them as shipped and matching those logits checks the loader's layouts
 against transformers' own reading of them, not against this project's
 writer (tests/models/shipped_writers.py)."""
@@ -43,6 +44,17 @@ def test_gpt_oss_mxfp4_experts_load_as_their_shipped_codes():
     assert all(str(w.dtype) == "float32" for k, w in weights.items() if k not in packed)
 
 
+def test_qwen3_nvfp4_linears_load_as_their_shipped_codes():
+    folder = FIXTURES / "qwen3_nvfp4"
+    card, model, weights, packed = _packed(folder)
+    assert card.quantize.chosen() == {"dense": "nvfp4"}
+    assert packed == {k for k, s in model.params().items() if s.format == "nvfp4"}
+    assert len(packed) == 2 * 7          # q, k, v, o, gate, up, down per layer
+    q = weights["layers.0.q_proj.weight"]
+    assert q.codes.shape == (128, 128) and len(np.unique(q.codes)) == 16
+    assert q.scales.shape == (128 // 16, 128)   # block scale / the module's global
+
+
 def test_deepseek_fp8_half_blocks_load_dequantized_the_rest_as_codes():
     """Every quantized input width is 128 but the routed experts' down
     projections' 64: experts stay plain (with one note), dense loads as
@@ -63,11 +75,12 @@ def test_deepseek_fp8_half_blocks_load_dequantized_the_rest_as_codes():
 
 
 # Measured (f32 reference vs transformers' f32 eager on its dequantized read):
-# at most 3.8e-6 absolute (gpt_oss_mxfp4 decode 1) and 3.3e-6 (deepseek_v3_fp8),
+# at most 3.8e-6 absolute (gpt_oss_mxfp4 decode 1), 3.3e-6 (deepseek_v3_fp8)
+# and 2.7e-6 (qwen3_nvfp4 prefill),
 # logits of O(1-4); the bound is _matches_hf_logits' 1e-4. gpt-oss's reference
 # decode with packed experts compiles for ~15-20 s: slow.
 @pytest.mark.parametrize("family", [pytest.param("gpt_oss_mxfp4", marks=pytest.mark.slow),
-                                    pytest.param("deepseek_v3_fp8", marks=FP8)])
+                                    pytest.param("deepseek_v3_fp8", marks=FP8), "qwen3_nvfp4"])
 def test_reference_matches_hf_logits(family):
     _matches_hf_logits(FIXTURES / family)
 

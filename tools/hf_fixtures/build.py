@@ -26,10 +26,10 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from .checks import DeepseekRoutingCheck, RoutingCounter, RoutingTooFragile, check_llama3_scaling
 from . import shipped
 from .reference import StateRecorder, assert_torch_paths, classes, load_fp32, run_reference
-from .spec import (ABLATION_MIN, B, DEEPSEEK_FP8, E_BIAS_STD, EMBED_STD, GPT_OSS_MXFP4,
+from .spec import (ABLATION_MIN, B, DEEPSEEK_FP8, E_BIAS_STD, EMBED_STD, GPT_OSS_MXFP4, QWEN3_NVFP4,
                    ROUTER_CLASSES, T0, ZERO_CENTRED_NORMS, FixtureSpec, family_seed)
 
-SHIPPED = {"mxfp4": GPT_OSS_MXFP4, "fp8": DEEPSEEK_FP8}
+SHIPPED = {"mxfp4": GPT_OSS_MXFP4, "fp8": DEEPSEEK_FP8, "nvfp4": QWEN3_NVFP4}
 
 
 @torch.no_grad()

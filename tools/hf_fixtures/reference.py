@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 from pathlib import Path
 
 import torch
@@ -21,8 +22,15 @@ def classes(spec: FixtureSpec):
 
 
 def load_fp32(path: Path):
+    # compressed-tensors checkpoints are kept packed unless asked to dequantize
+    # (transformers 5.24 with compressed-tensors 0.20); mxfp4 and fp8 dequantize
+    # on a CPU by themselves.
+    config = json.loads((Path(path) / "config.json").read_text())
+    method = config.get("quantization_config", {}).get("quant_method")
+    extra = {"quantization_config": transformers.CompressedTensorsConfig(dequantize=True)} \
+        if method == "compressed-tensors" else {}
     model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=torch.float32, attn_implementation="eager"
+        str(path), dtype=torch.float32, attn_implementation="eager", **extra
     )
     model.eval()
     return model

@@ -1,7 +1,7 @@
 """Turn a saved bf16 fixture into the quantized layout its producer ships,
 in place: ``model.safetensors`` gets the quantized tensors and
 ``config.json`` the ``quantization_config`` (spec.GPT_OSS_MXFP4 /
-spec.DEEPSEEK_FP8).
+spec.DEEPSEEK_FP8 / spec.QWEN3_NVFP4).
 
 Written here with torch from the published layouts, not by transformers:
 transformers 5.24 quantizes to either format only on a GPU (its MXFP4
@@ -23,8 +23,13 @@ to the values written here, bit for bit.
   cut short), weight = code x scale_inv; ``ue8m0`` scales (DeepSeek-V3.1)
   are powers of two, 2^ceil(log2(amax / 448)). The router, norms,
   embedding and LM head stay bf16.
+* nvfp4 (compressed-tensors ``nvfp4-pack-quantized``, llm-compressor's
+  NVFP4A16): every ``*_proj.weight`` of the layers becomes ``weight_packed``
+  U8 [out, in / 2] (even input low), ``weight_scale`` e4m3 [out, in / 16]
+  and ``weight_global_scale`` f32 [1] (weight = code x scale / global), with
+  ``weight_shape``; transformers reads it through compressed-tensors.
 
-Both give values that bf16 holds exactly (a 4- or 8-bit float times a power
+All three give values that bf16 holds exactly (a 4- or 8-bit float times a power
 of two), so transformers' bf16 dequantization loses nothing and the float32
 reference computes on exactly the shipped values.
 """
@@ -91,6 +96,39 @@ def fp8_decode(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return codes.float() * s[:codes.shape[0], :codes.shape[1]]
 
 
+def nvfp4_encode(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[out, in] float -> (packed U8 [out, in / 2], e4m3 block scales [out, in / 16],
+    f32 global scale [1]) as compressed-tensors' ``nvfp4-pack-quantized`` stores
+    them (weight = code x block / global). The global scale is the power of two
+    at or below 6 x 448 / amax, so block / global is exact and so are the
+    values in bf16."""
+    x = w.float()
+    amax = float(x.abs().max())
+    glob = 2.0 ** torch.floor(torch.log2(torch.tensor(6 * FP8_MAX / amax)))
+    g = x.reshape(x.shape[0], -1, 16)
+    bmax = g.abs().amax(-1)
+    block = (bmax / 6 * glob).to(torch.float8_e4m3fn).float()
+    block = torch.where(bmax > 0, block.clamp(min=2.0 ** -9), torch.ones_like(block))
+    q = (g / (block / glob).unsqueeze(-1)).clamp(-6.0, 6.0)
+    dist = (q.abs().unsqueeze(-1) - E2M1).abs()
+    dist = dist + 1e-6 * (torch.arange(8) % 2)            # a tie goes to the even code
+    code = dist.argmin(-1).to(torch.uint8) | ((q < 0).to(torch.uint8) << 3)
+    code = code.reshape(x.shape)
+    packed = (code[:, 0::2] | (code[:, 1::2] << 4)).contiguous()
+    return packed, block.to(torch.float8_e4m3fn), glob.reshape(1).float()
+
+
+def nvfp4_decode(packed: torch.Tensor, block: torch.Tensor, glob: torch.Tensor) -> torch.Tensor:
+    nib = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(packed.shape[0], -1).long()
+    v = E2M1[nib & 7] * torch.where(nib & 8 > 0, -1.0, 1.0)
+    return v * (block.float() / glob).repeat_interleave(16, dim=-1)
+
+
+def _nvfp4_target(name: str) -> bool:
+    """Every linear of the layers (the ``Linear`` target, lm_head ignored)."""
+    return name.startswith("model.layers.") and name.endswith("_proj.weight")
+
+
 def _fp8_target(name: str) -> bool:
     """A matrix of the layers DeepSeek ships in fp8: every projection
     (``kv_a_proj_with_mqa`` included), not the router ``mlp.gate`` or norms."""
@@ -108,6 +146,13 @@ def ship(kind: str, folder: Path, quantization_config: dict) -> dict[str, torch.
             blocks, scales = mxfp4_encode(t)
             out[name + "_blocks"], out[name + "_scales"] = blocks, scales
             values[name] = mxfp4_decode(blocks, scales)
+        elif kind == "nvfp4" and _nvfp4_target(name):
+            packed, block, glob = nvfp4_encode(t)
+            stem = name.removesuffix("weight")
+            out |= {stem + "weight_packed": packed, stem + "weight_scale": block,
+                    stem + "weight_global_scale": glob,
+                    stem + "weight_shape": torch.tensor(list(t.shape), dtype=torch.int64)}
+            values[name] = nvfp4_decode(packed, block, glob)
         elif kind == "fp8" and _fp8_target(name):
             codes, scale = fp8_encode(t)
             out[name], out[name.removesuffix("weight") + "weight_scale_inv"] = codes, scale

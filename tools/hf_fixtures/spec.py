@@ -16,6 +16,7 @@ regenerates bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -306,12 +307,24 @@ DEEPSEEK_FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dyna
                 "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}
 
 
+# llm-compressor's NVFP4A16 (weight-only) config.json: every Linear of the
+# layers, e4m3 block scales per 16 inputs and an f32 global scale per module.
+QWEN3_NVFP4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+               "quantization_status": "compressed", "ignore": ["lm_head"],
+               "config_groups": {"group_0": {
+                   "targets": ["Linear"], "format": "nvfp4-pack-quantized",
+                   "weights": {"num_bits": 4, "type": "float", "symmetric": True,
+                               "group_size": 16, "strategy": "tensor_group",
+                               "dynamic": False, "scale_dtype": "torch.float8_e4m3fn"}}}}
+
+
 def shipped_quantized() -> list[FixtureSpec]:
     """gpt-oss with its experts in OpenAI's MXFP4 ``*_blocks`` / ``*_scales``,
-    and a DeepSeek-V3 in block fp8 whose routed experts' down projections
+    a DeepSeek-V3 in block fp8 whose routed experts' down projections
     have 64 inputs, half a 128-wide block (every other quantized input width
-    is 128)."""
+    is 128), and a qwen3 in compressed-tensors NVFP4."""
     gpt_oss = next(s for s in second_generation() if s.name == "gpt_oss")
+    qwen3 = next(s for s in first_generation() if s.name == "qwen3")
     return [
         FixtureSpec(
             "gpt_oss_mxfp4", "gpt_oss", "GptOssConfig", "GptOssForCausalLM",
@@ -331,6 +344,13 @@ def shipped_quantized() -> list[FixtureSpec]:
                 moe_intermediate_size=64, n_shared_experts=4, n_group=1, topk_group=1,
                 rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
             router="deepseek", router_scale=2.0, shipped="fp8"),
+        # qwen3 with every linear of its layers in NVFP4 (compressed-tensors,
+        # read by transformers through compressed-tensors' own decompression);
+        # widths doubled so each of 2 cores holds whole 64-row e2m1 code tiles
+        # of o_proj and down (4 heads x 32, intermediate 256)
+        dataclasses.replace(qwen3, name="qwen3_nvfp4", shipped="nvfp4", ablations=[],
+                            kwargs=dict(qwen3.kwargs, hidden_size=128, head_dim=32,
+                                        intermediate_size=256)),
     ]
 
 
