@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 # The chip table sits below ir/ (megakernel/chips.py); CHIPS stays importable from here.
 from megakernel.chips import CHIPS, MAX_CORES, chip_info, chip_version  # noqa: F401
+from megakernel.compiler import measured
 from megakernel.errors import PlanningError
 
 MiB = 2**20
@@ -42,32 +43,24 @@ COST_TABLE: dict[str, Constant] = {
     "op_overhead_s": Constant(
         0.30e-6, "s", "assumed: fixed vector-unit cost of one small op (norm, rope, "
         "residual add, routing) at decode row counts"),
-    "hbm_share_per_dma": Constant(
-        0.125, "fraction", "assumed: one outstanding DMA draws at most 1/8 of the core's "
-        "HBM bandwidth; " + _INFERACT + " reports the DMA engine shares bandwidth among "
-        "outstanding descriptors and keeps ~12 x 2 MiB in flight"),
-    "hbm_efficiency": Constant(
-        0.92, "fraction", "assumed: sustained fraction of peak HBM bandwidth for large "
-        "streaming DMAs"),
+    "hbm_share_per_dma": Constant(0.0, "fraction", "fitted: compiler/measured.py"),
+    "hbm_efficiency": Constant(0.0, "fraction", "fitted: compiler/measured.py"),
     "mxu_push_rows": Constant(
         128, "rows", "assumed: weight push makes a decode matmul cost as if it had at "
         "least this many LHS rows; " + _INFERACT + ": 'MXU is weight-push bound at "
         "decode sizes, extra LHS rows nearly free'"),
     "f32_matmul_slowdown": Constant(
         3.0, "x", "assumed: an f32 matmul takes ~3 bf16 MXU passes"),
-    "ici_bw_per_core": Constant(
-        134e9, "B/s", _INFERACT + ": cross-chip ~45 GB/s per core per direction, "
-        "134 GB/s over 3 links"),
+    "ici_bw_per_core": Constant(0.0, "B/s", "fitted: compiler/measured.py"),
     "core_to_core_bw": Constant(
         663e9, "B/s", "fit of " + _INFERACT + " sibling-core remote copies (101 GB/s at "
         "256 KiB, 610 GB/s at 16 MiB) to latency + bytes/bandwidth"),
     "core_to_core_latency_s": Constant(
         2.2e-6, "s", "same fit as core_to_core_bw"),
-    "collective_phase_s": Constant(
-        3.5e-6, "s", _INFERACT + ": a latency-bound collective phase takes 3.5-4.7 us "
-        "(low end, adjacent chips)"),
+    "collective_phase_s": Constant(0.0, "s", "fitted: compiler/measured.py"),
     "ici_hop_latency_s": Constant(
-        0.3e-6, "s", "fit: makes a 4-hop phase 4.7 us, the high end of the measured range"),
+        0.3e-6, "s", "assumed: per ICI hop; the all-reduce fit (compiler/measured.py) "
+        "puts the rest of a phase's fixed latency in collective_phase_s"),
     "kernel_launch_s": Constant(
         5.0e-6, "s", "assumed: launch of the one pallas_call plus the start barrier"),
     "vpu_f32_ops_per_s": Constant(
@@ -94,7 +87,17 @@ def _calibrate(table: dict[str, Constant]) -> None:
         table[name] = Constant(cal.rate(name), table[name].unit, cal.source(name))
 
 
+# Transfer constants fitted to Inferact's published TPU7x microbenchmarks (a ring of
+# weight DMAs, four all-reduces), each fit the inverse of the formula that uses it.
+def _fit(table: dict[str, Constant]) -> None:
+    fitted = {**measured.fit_hbm(table["dma_latency_s"].value),
+              **measured.fit_collectives(table["ici_hop_latency_s"].value)}
+    for name, (value, source) in fitted.items():
+        table[name] = Constant(value, table[name].unit, source)
+
+
 _calibrate(COST_TABLE)
+_fit(COST_TABLE)
 
 
 @dataclass(frozen=True)

@@ -220,10 +220,11 @@ def _weights(model):
     return init_weights(model)
 
 
-@pytest.mark.parametrize("name,devices,loop", [("qwen3-32b", 8, 62), ("llama-3.2-1b", 1, 115)])
-def test_lm_head_loops_over_its_even_tiles(name, devices, loop, tmp_path):
+@pytest.mark.parametrize("name,devices", [("qwen3-32b", 8), ("llama-3.2-1b", 1)])
+def test_lm_head_loops_over_its_even_tiles(name, devices, tmp_path):
     """The head's evenly stepped tiles are one fori_loop, not unrolled code: the
-    AOT compile time of a big-vocabulary model depends on it."""
+    AOT compile time of a big-vocabulary model depends on it. All but at most a
+    ring's worth of tiles (and one loop group) run in the loop."""
     from megakernel.backends.pallas_tpu.codegen.load import compile_model
     from megakernel.backends.pallas_tpu.kernels import blocks as runtime
 
@@ -232,7 +233,7 @@ def test_lm_head_loops_over_its_even_tiles(name, devices, loop, tmp_path):
     module = load.import_module(compile_model(model, plan, tmp_path))
     head = module.SEGMENTS[-1]
     n, _, group = runtime.head_loop(head.tiles, module.BANK_SHAPE[2], module.NUM_BANKS)
-    assert n * group == loop and len(head.tiles) - loop <= module.NUM_BANKS + group
+    assert n > 1 and len(head.tiles) - n * group <= module.NUM_BANKS + group
 
 
 def declared_vmem(module) -> int:

@@ -34,7 +34,10 @@ def test_the_stream_runs_every_layer_in_order_once():
     layers = [e.layer for e in entries if e.layer is not None]
     assert layers == sorted(layers) and set(layers) == set(range(64))
     st = stream.stacks[0]
-    assert st.runs == ((0, 32, 3), (32, 28, 1)) and st.per_layer == 3 * 32 + 28
+    # the 3 Gated DeltaNet layers' run, then the attention layer's (tile counts
+    # follow the chosen bank size)
+    (t0, n0, c0), (t1, n1, c1) = st.runs
+    assert (t0, c0, t1, c1) == (0, 3, n0, 1) and st.per_layer == 3 * n0 + n1
     # each weight of each layer streamed exactly once
     names = [e.param for e in entries if e.layer is not None]
     assert len(names) == len(set((e.param, e.tile.row0, e.tile.col0) for e in entries

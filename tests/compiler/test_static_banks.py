@@ -10,7 +10,6 @@ from megakernel.compiler import report
 from megakernel.compiler.choose_geometry import TOLERANCE
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.ring_layout import banks_static, run_banks_static
-from megakernel.compiler.tile_weights import tile_stream
 from megakernel.models import zoo
 
 
@@ -80,8 +79,8 @@ def test_the_planner_takes_constant_banks_that_cost_no_time():
     model = zoo.model("qwen3-8b")
     plan = plan_model(model, devices=4, batch=1, tokens=1)
     g = plan.memory.geometry
-    stream = tile_stream(plan.shard, g.bank_bytes, g.num_banks)
-    assert plan.memory.stream.static_banks(), g
+    stream = plan.memory.stream
+    assert stream.static_banks(), g
     assert all(st.per_layer % g.num_banks == 0 for st in stream.stacks), g
     assert "a constant bank per tile" in report.terminal(plan)
     for n in (g.num_banks // 2, g.num_banks - 1):      # (more banks do not fit)
