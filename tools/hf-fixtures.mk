@@ -5,17 +5,18 @@
 #
 #   make hf-fixtures         regenerate tests/fixtures/hf/* (deterministic)
 #   make hf-fixtures-verify  reload the committed fixtures and re-check logits
-#   make hf-fixtures-crosscheck  recompute the wave-2 fixtures with an independent
-#                            NumPy derivation of tests/fixtures/hf/README.md's facts
+#   make hf-fixtures-crosscheck  recompute the wave-2 and Muse Spark fixtures with an
+#                            independent NumPy derivation of tests/fixtures/hf/README.md's facts
 #
 # torch MUST stay 2.13.0: pip takes that one from a local CPU wheel; any other
 # version would pull a multi-GB CUDA build from the index.  accelerate: transformers
 # refuses to read the pre-quantized fixtures (mxfp4, fp8) without it; compressed-tensors
-# reads the NVFP4 one (qwen3_nvfp4).
+# reads the NVFP4 ones (qwen3_nvfp4, muse_spark_nvfp4).  transformers >= 5.25 for
+# muse_spark; kernels is a requirement of 5.25 (pinned to the version pip chose).
 
 HF_VENV       ?= .venv-hf
 HF_PYTHON311  ?= $(shell command -v python3.11 2>/dev/null || echo /root/.pyenv/versions/3.11.7/bin/python3.11)
-HF_PIP_PINS   ?= torch==2.13.0 transformers==5.24.0 safetensors==0.8.0 numpy==2.4.6 accelerate==1.16.0 compressed-tensors==0.20.0
+HF_PIP_PINS   ?= torch==2.13.0 transformers==5.25.0 safetensors==0.8.0 numpy==2.4.6 accelerate==1.16.0 compressed-tensors==0.20.0 kernels==0.19.1
 HF_FIXTURES   ?= tests/fixtures/hf
 
 .PHONY: hf-fixtures hf-fixtures-verify hf-fixtures-crosscheck hf-venv
