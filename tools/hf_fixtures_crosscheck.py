@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Cross-check the wave-2 HF fixtures with an independent NumPy derivation.
+"""Cross-check the wave-2 and Muse Spark HF fixtures with an independent NumPy derivation.
 
 Recomputes, in float64, the 7-position logits (and the Gated DeltaNet cache
-states) of each wave-2 fixture in tests/fixtures/hf from its config.json and
+states) of each wave-2 fixture in tests/fixtures/hf, and of muse_spark and
+muse_spark_nvfp4 (whose NVFP4 experts it decodes itself), from its config.json and
 model.safetensors, following the facts written in tests/fixtures/hf/README.md
-("Facts checked against transformers 5.24") rather than transformers' code, and
-compares them with expected.npz.  It shows those facts are complete enough to
-reproduce HF.  torch is only used to read the bf16 safetensors.
+("Facts checked against transformers 5.24 (Muse Spark: 5.25)") rather than
+transformers' code, and compares them with expected.npz.  It shows those facts
+are complete enough to reproduce HF.  torch is only used to read the safetensors.
 
 Run in the fixture venv:
   .venv-hf/bin/python tools/hf_fixtures_crosscheck.py [FAMILY ...]
@@ -345,8 +346,94 @@ def run_attn(name):
         out.append(z)
     return np.stack(out), want
 
+# ---------------- Muse Spark ----------------
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def nvfp4(W, stem):
+    """[out, in] weight of one compressed-tensors NVFP4 module: byte j of a row
+    holds inputs 2j (low nibble) and 2j + 1; nibble = sign bit 3, e2m1 magnitude
+    bits 0-2; weight = e2m1 x (e4m3 block scale of its 16 inputs / global scale)."""
+    packed = W[stem + "weight_packed"].astype(np.int64)
+    nib = np.stack([packed & 15, packed >> 4], -1).reshape(packed.shape[0], -1)
+    val = E2M1[nib & 7] * np.where(nib & 8, -1.0, 1.0)
+    scale = W[stem + "weight_scale"] / W[stem + "weight_global_scale"][0]
+    return val * np.repeat(scale, 16, axis=1)
+
+
+def muse_experts(W, m_, E):
+    """Per expert (gate [I, Dm], up [I, Dm], down [Dm, I]): the fused bf16
+    tensors (gate rows then up rows of gate_up_proj) or the NVFP4 modules."""
+    if m_ + "experts.gate_up_proj" in W:
+        gu, dn = W[m_ + "experts.gate_up_proj"], W[m_ + "experts.down_proj"]
+        I = gu.shape[1] // 2
+        return [(gu[e, :I], gu[e, I:], dn[e]) for e in range(E)]
+    return [tuple(nvfp4(W, f"{m_}experts.{e}.{p}.") for p in ("gate_proj", "up_proj", "down_proj"))
+            for e in range(E)]
+
+
+def run_muse(name):
+    cfg, W, exp, ids, want = load(name)
+    c = cfg["text_config"]
+    eps, peps = c["rms_norm_eps"], c["post_norm_eps"]
+    H, KV, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    E, K, tau = c["num_local_experts"], c["num_experts_per_tok"], c["residual_gate_temperature"]
+    mult, cap = c["output_multiplier"], c["final_logit_softcapping"]
+    T = ids.shape[1]; pos = np.arange(T, dtype=float)
+    inv = inv_freq_default(c["rope_parameters"]["rope_theta"], hd)  # one theta for every RoPE layer
+    P = "model.language_model."
+
+    def gate(h, branch, g):
+        u = g / tau
+        beta = sigmoid(u)
+        alpha = np.sqrt(np.maximum(sigmoid(-u) * (1 + beta), 1e-3))
+        return alpha * h + beta * branch
+
+    experts = {li: muse_experts(W, f"{P}layers.{li}.mlp.", E) for li in range(c["num_hidden_layers"])
+               if c["mlp_layer_types"][li] == "sparse"}
+    out = []
+    for bi in range(ids.shape[0]):
+        h = rms(W[P + "embed_tokens.weight"][ids[bi]], None, eps)
+        for li in range(c["num_hidden_layers"]):
+            p = f"{P}layers.{li}."; a = p + "self_attn."
+            x = rms(h, W[p + "input_layernorm.weight"], eps, True)
+            q = rms(lin(x, W[a + "q_proj.weight"]).reshape(T, H, hd), None, eps) * c["qk_scale_factor"]
+            k = rms(lin(x, W[a + "k_proj.weight"]).reshape(T, KV, hd), None, eps)
+            v = lin(x, W[a + "v_proj.weight"]).reshape(T, KV, hd)
+            q, k, v = (t.transpose(1, 0, 2) for t in (q, k, v))
+            if c["layer_rope_theta"][li]:
+                q, k = rope_half(q, pos, inv), rope_half(k, pos, inv)
+            window = c["sliding_window"] if c["layer_types"][li] == "sliding_attention" else None
+            o = rms(attend(q, k, v, hd ** -0.5, window), None, eps)  # per-head RMS, no weight
+            o = o.transpose(1, 0, 2).reshape(T, -1) * sigmoid(lin(x, W[a + "gate_proj.weight"]))
+            o = rms(lin(o, W[a + "o_proj.weight"]), None, peps)
+            h = gate(h, o, W[p + "post_attention_residual_gate.gate"])
+            x = rms(h, W[p + "pre_feedforward_layernorm.weight"], eps, True)
+            m_ = p + "mlp."
+            if c["mlp_layer_types"][li] == "sparse":
+                s = sigmoid(lin(x, W[m_ + "gate.weight"]) * mult)
+                b = s + W[m_ + "gate.e_score_correction_bias"]
+                z = rms(lin(x, W[m_ + "pre_expert_proj.weight"]), W[m_ + "pre_expert_norm.weight"], eps, True)
+                wpost = 1 + W[m_ + "experts.post_expert_norm.weight"]
+                acc = np.zeros_like(z)
+                for t in range(T):
+                    idx = np.argsort(-b[t])[:K]
+                    w = s[t, idx] / (s[t, idx].sum() + 1e-15) * c["routed_scaling_factor"]
+                    for e, we in zip(idx, w):
+                        g_, u_, d_ = experts[li][e]
+                        acc[t] += we * rms(swiglu(z[t], g_, u_, d_) * wpost, None, peps)
+                y = lin(acc, W[m_ + "post_expert_proj.weight"])
+            else:
+                y = swiglu(x, W[m_ + "gate_proj.weight"], W[m_ + "up_proj.weight"], W[m_ + "down_proj.weight"])
+            y = rms(y * (1 + W[p + "post_feedforward_layernorm.weight"]), None, peps)
+            h = gate(h, y, W[p + "post_feedforward_residual_gate.gate"])
+        z = lin(rms(h, W[P + "norm.weight"], eps), W["lm_head.weight"]) * mult
+        out.append(cap * np.tanh(z / cap))
+    return np.stack(out), want
+
+
 WAVE2 = ["qwen3_5", "qwen3_next", "deepseek_v3", "deepseek_v3_nolora", "mistral", "gemma2",
-         "gemma3_text", "olmo2", "gpt_oss", "phi3"]
+         "gemma3_text", "olmo2", "gpt_oss", "phi3", "muse_spark", "muse_spark_nvfp4"]
 
 
 def main(names) -> int:
@@ -357,6 +444,8 @@ def main(names) -> int:
             got, want, serr = run_gdn(name, name == "qwen3_next")
         elif name.startswith("deepseek"):
             got, want = run_deepseek(name)
+        elif name.startswith("muse_spark"):
+            got, want = run_muse(name)
         else:
             got, want = run_attn(name)
         err = float(np.abs(got - want).max())

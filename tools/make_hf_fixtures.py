@@ -12,8 +12,10 @@ For every family a folder tests/fixtures/hf/<name>/ is written with
   config.json, model.safetensors (bf16 weights, as written by save_pretrained),
   expected.npz (token ids + float32 logits for a prefill and two decode steps;
   Gated DeltaNet families also store HF's conv/recurrent cache states).
-<name> is the model_type, except qwen3_5 (model_type qwen3_5_text) and
-deepseek_v3_nolora (model_type deepseek_v3).  Each family is one FixtureSpec of
+<name> is the model_type, except qwen3_5 (model_type qwen3_5_text),
+deepseek_v3_nolora (model_type deepseek_v3) and the checkpoints quantized as
+shipped (<family>_<format>: gpt_oss_mxfp4, deepseek_v3_fp8, qwen3_nvfp4,
+muse_spark_nvfp4).  Each family is one FixtureSpec of
 tools/hf_fixtures/spec.py; tools/hf_fixtures/build.py writes it and
 tools/hf_fixtures/verify.py re-checks it.
 

@@ -8,28 +8,34 @@ model.safetensors (bf16, as save_pretrained writes them) and expected.npz
 (token ids and float32 eager logits of a prefill and two cached decode steps,
 computed by the model reloaded from the saved bf16 checkpoint; GDN families
 also HF's conv and recurrent cache states after each call). Families with
-ablations are reloaded with each config term switched off and fail unless the
-logits move by more than ABLATION_MIN, which shows the term is visible at the
-parity tolerance.
+ablations are reloaded with each config term switched off (or, for model
+ablations, with a weight set to HF's constant init or a parameter-free op
+bypassed) and fail unless the logits move by more than ABLATION_MIN, which
+shows the term is visible at the parity tolerance; their ``no_ops`` must move
+no logit by more than NO_OP_MAX.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig
 
-from .checks import DeepseekRoutingCheck, RoutingCounter, RoutingTooFragile, check_llama3_scaling
+from .checks import (DeepseekRoutingCheck, MuseSparkRoutingCheck, RoutingCounter, RoutingTooFragile,
+                     check_llama3_scaling)
 from . import shipped
 from .reference import StateRecorder, assert_torch_paths, classes, load_fp32, run_reference
-from .spec import (ABLATION_MIN, B, DEEPSEEK_FP8, E_BIAS_STD, EMBED_STD, GPT_OSS_MXFP4, QWEN3_NVFP4,
-                   ROUTER_CLASSES, T0, ZERO_CENTRED_NORMS, FixtureSpec, family_seed)
+from .spec import (ABLATION_MIN, B, DEEPSEEK_FP8, DERIVED, E_BIAS_STD, EMBED_STD, GPT_OSS_MXFP4,
+                   MUSE_SPARK_NVFP4, NO_OP_MAX, QWEN3_NVFP4, RESIDUAL_GATE_STD, ROUTER_CLASSES, T0,
+                   ZERO_CENTRED_NORMS, FixtureSpec, family_seed)
 
-SHIPPED = {"mxfp4": GPT_OSS_MXFP4, "fp8": DEEPSEEK_FP8, "nvfp4": QWEN3_NVFP4}
+SHIPPED = {"mxfp4": GPT_OSS_MXFP4, "fp8": DEEPSEEK_FP8, "nvfp4": QWEN3_NVFP4,
+           "nvfp4_experts": MUSE_SPARK_NVFP4}
 
 
 @torch.no_grad()
@@ -90,6 +96,8 @@ def init_by_owners_(model, seed: int, spec: FixtureSpec) -> None:
     * gpt-oss sinks: N(0, 1); router bias: 0.5 N
     * DeepSeek e_score_correction_bias (a buffer): E_BIAS_STD N
     * gpt-oss expert stacks are [E, in, out]: fan_in is dim 1
+    * Muse Spark residual gates: RESIDUAL_GATE_STD N; LayerNorm (its vision
+      tower) weights 1 + 0.1 N, biases 0.1 N
     Parameters (and that buffer) are visited in sorted-name order.
     """
     gen = torch.Generator().manual_seed(seed)
@@ -116,6 +124,10 @@ def init_by_owners_(model, seed: int, spec: FixtureSpec) -> None:
             val = noise
         elif leaf == "e_score_correction_bias":
             val = E_BIAS_STD * noise
+        elif cls == "MuseSparkResidualGate":
+            val = RESIDUAL_GATE_STD * noise
+        elif cls == "LayerNorm" and leaf == "weight":
+            val = 1.0 + 0.1 * noise
         elif cls in ROUTER_CLASSES and leaf == "weight":
             val = spec.router_scale * noise / math.sqrt(shape[-1])
         elif cls in ROUTER_CLASSES and leaf == "bias":
@@ -134,16 +146,51 @@ def init_by_owners_(model, seed: int, spec: FixtureSpec) -> None:
 INIT = {"names": init_by_names_, "owners": init_by_owners_}
 
 
-def ablation_diff(model_dir: Path, mutate, full_ids, lf) -> float:
-    cfg = AutoConfig.from_pretrained(str(model_dir))
-    mutate(cfg)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), config=cfg, dtype=torch.float32, attn_implementation="eager"
-    )
-    model.eval()
+def ablation_diff(model_dir: Path, mutate, full_ids, lf, target: str = "config") -> float:
+    """Largest logit movement when ``mutate`` edits the config (``target``
+    "config") or the loaded model ("model") of the fixture at ``model_dir``."""
+    if target == "config":
+        cfg = AutoConfig.from_pretrained(str(model_dir))
+        mutate(cfg)
+        model = load_fp32(model_dir, cfg)
+    else:
+        model = load_fp32(model_dir)
+        with torch.no_grad():
+            mutate(model)
     with torch.no_grad():
         la = model(input_ids=full_ids, use_cache=False).logits.float().numpy()
     return float(np.abs(la - lf).max())
+
+
+def _check_sub_configs(spec: FixtureSpec, out_dir: Path) -> None:
+    """The saved config.json's sub-configs keep every value the spec gives."""
+    saved = json.loads((out_dir / "config.json").read_text())
+    for sub, want in spec.sub_configs.items():
+        differ = {k: (v, saved[sub].get(k)) for k, v in want.items() if saved[sub].get(k) != v}
+        assert not differ, f"{spec.name}: {sub} spec vs config.json: {differ}"
+
+
+def _check_derived(spec: FixtureSpec, cfg) -> None:
+    """The layer pattern the spec gives is the one HF derives without it."""
+    text = spec.sub_configs.get("text_config")
+    if not text or not any(k in text for k in DERIVED):
+        return
+    bare = type(cfg.get_text_config())(**{k: v for k, v in text.items() if k not in DERIVED})
+    differ = {k: (text[k], getattr(bare, k)) for k in DERIVED
+              if k in text and list(text[k]) != list(getattr(bare, k))}
+    assert not differ, f"{spec.name}: spec vs HF-derived layer pattern: {differ}"
+
+
+def _keep_fp32_(model) -> list[str]:
+    """The tensors HF keeps in float32 (``_keep_in_fp32_modules_strict``) back to
+    float32 after the model went to bf16; their names."""
+    keep = getattr(model, "_keep_in_fp32_modules_strict", None) or []
+    names = []
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_floating_point() and any(k in name for k in keep):
+            t.data = t.data.float()
+            names.append(name)
+    return names
 
 
 def make(spec: FixtureSpec, out_root: Path) -> None:
@@ -167,18 +214,22 @@ def _save_bf16(spec: FixtureSpec, out_dir: Path, seed: int):
     of the tensors shipped quantized)."""
     cfg_cls, model_cls = classes(spec)
     torch.manual_seed(seed)
-    cfg = cfg_cls(**spec.kwargs)
+    cfg = cfg_cls(**spec.kwargs, **spec.sub_configs)
+    _check_derived(spec, cfg)
     cfg._attn_implementation = "eager"
     model = model_cls(cfg)
     model.eval()
     INIT[spec.init](model, seed, spec)
     assert model.config.model_type == spec.model_type, (model.config.model_type, spec.model_type)
     model = model.to(torch.bfloat16)
+    if spec.keep_fp32:
+        assert _keep_fp32_(model), f"{spec.name}: no tensor HF keeps in float32"
     model.save_pretrained(str(out_dir), safe_serialization=True)
     # Keep only the two files the fixture contract names.
     for extra in out_dir.iterdir():
         if extra.name not in ("config.json", "model.safetensors"):
             extra.unlink()
+    _check_sub_configs(spec, out_dir)
     if spec.shipped is None:
         return cfg, {}
     return cfg, shipped.ship(spec.shipped, out_dir, SHIPPED[spec.shipped])
@@ -209,23 +260,25 @@ def make_once(spec: FixtureSpec, out_root: Path, seed: int) -> None:
               f"{spec.shipped} tensors as written")
 
     gen = torch.Generator().manual_seed(seed + 1)
-    V = cfg.vocab_size
+    V = cfg.get_text_config().vocab_size
     prefill = torch.randint(0, V, (B, T0), generator=gen)
     d1 = torch.randint(0, V, (B, 1), generator=gen)
     d2 = torch.randint(0, V, (B, 1), generator=gen)
     full = torch.cat([prefill, d1, d2], dim=1)
 
-    counter = deepseek = None
+    counter = sigmoid = None  # softmax routers; the sigmoid ones (DeepSeek, Muse Spark)
     if spec.router in ("softmax", "gpt_oss"):
         n_exp = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
         counter = RoutingCounter(ref, n_exp, attr="router" if spec.router == "gpt_oss" else "gate")
     elif spec.router == "deepseek":
-        deepseek = DeepseekRoutingCheck(ref)
+        sigmoid = DeepseekRoutingCheck(ref)
+    elif spec.router == "muse_spark":
+        sigmoid = MuseSparkRoutingCheck(ref)
     states = StateRecorder(ref.config) if spec.linear_state else None
 
     with torch.no_grad():
         lp, l1, l2 = run_reference(ref, prefill, d1, d2, on_step=states)
-        for h in (counter, deepseek):
+        for h in (counter, sigmoid):
             if h:
                 h.remove()
         # Self-check: cached decode == full-sequence recompute.
@@ -236,6 +289,8 @@ def make_once(spec: FixtureSpec, out_root: Path, seed: int) -> None:
         np.abs(lf[:, T0 : T0 + 1] - l1).max(),
         np.abs(lf[:, T0 + 1 :] - l2).max(),
     )
+    if spec.cache_retry and err_cache >= 1e-4:
+        raise RoutingTooFragile(f"cached decode vs recompute diff {err_cache:.2e}")
     assert err_cache < 1e-4, f"{name}: cached decode vs recompute diff {err_cache}"
 
     arrays = dict(
@@ -255,7 +310,7 @@ def make_once(spec: FixtureSpec, out_root: Path, seed: int) -> None:
     print(f"== {name} ({type(ref).__name__}, model_type {ref.config.model_type}) seed={seed} dir={final_dir}")
     print(
         f"   params={sum(p.numel() for p in ref.parameters())} files={size_kb:.1f} KiB "
-        f"tie_word_embeddings={ref.config.tie_word_embeddings}"
+        f"tie_word_embeddings={ref.config.get_text_config().tie_word_embeddings}"
     )
     print(f"   prefill_ids={prefill.tolist()} decode_1={d1.flatten().tolist()} decode_2={d2.flatten().tolist()}")
     print(
@@ -275,12 +330,28 @@ def make_once(spec: FixtureSpec, out_root: Path, seed: int) -> None:
                   f"recurrent {list(rs.shape)} |S|max={np.abs(rs).max():.3f}")
     if counter:
         counter.report_and_check()
-    if deepseek:
-        deepseek.report_and_check(cfg.n_group, cfg.topk_group)
-    for label, mutate in spec.ablations:
-        d = ablation_diff(out_dir, mutate, full, lf)
-        print(f"   ablation {label}: logits move by {d:.4f}")
-        assert d > ABLATION_MIN, f"{name}: ablating {label} moves the logits only by {d}"
+    if sigmoid and spec.router == "muse_spark":
+        sigmoid.report_and_check()
+    elif sigmoid:
+        sigmoid.report_and_check(cfg.n_group, cfg.topk_group)
+    for target, ablations in (("config", spec.ablations), ("model", spec.model_ablations)):
+        for label, mutate in ablations:
+            d = ablation_diff(out_dir, mutate, full, lf, target)
+            print(f"   ablation {label}: logits move by {d:.4f}")
+            assert d > ABLATION_MIN, f"{name}: ablating {label} moves the logits only by {d}"
+    if spec.shipped == "nvfp4_experts":
+        # What transformers 5.25 computes on its own: experts x their global scale.
+        asis = load_fp32(out_dir, repair=False)
+        with torch.no_grad():
+            la = asis(input_ids=full, use_cache=False).logits.float().numpy()
+        d = float(np.abs(la - lf).max())
+        print(f"   experts as transformers 5.25 dequantizes them (global scales dropped): "
+              f"logits move by {d:.4f}")
+        assert d > ABLATION_MIN, f"{name}: the experts' global scales move the logits only by {d}"
+    for label, target, mutate in spec.no_ops:
+        d = ablation_diff(out_dir, mutate, full, lf, target)
+        print(f"   no-op {label}: logits move by {d:.2e}")
+        assert d <= NO_OP_MAX, f"{name}: {label} should not move the logits, moves them by {d}"
 
     if final_dir.exists():
         shutil.rmtree(final_dir)

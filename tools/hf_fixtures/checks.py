@@ -156,3 +156,55 @@ class DeepseekRoutingCheck:
                 raise RoutingTooFragile(f"layer {li}: the correction bias changes no token's experts")
             if topk_group < n_group and st["by_group"] == 0:
                 raise RoutingTooFragile(f"layer {li}: the group limit changes no token's experts")
+
+
+class MuseSparkRoutingCheck:
+    """Recomputes Muse Spark's routing (``MuseSparkTopkRouter``) from the router's
+    input: s = sigmoid(output_multiplier * x W^T) in float32, top-k of s + bias.
+    Checks it matches HF's choice, every expert is used, the biased scores have
+    margins a bf16 kernel cannot flip, and the bias changes some token's choice."""
+
+    def __init__(self, model):
+        self.handles, self.stats = [], {}
+        for name, mod in model.named_modules():
+            if type(mod).__name__ == "MuseSparkTopkRouter":
+                self.stats[name] = dict(counts=np.zeros(mod.num_experts, dtype=np.int64),
+                                        gap=math.inf, by_bias=0, tokens=0)
+                self.handles.append(mod.register_forward_hook(self._hook(name)))
+        assert self.stats, "no MuseSparkTopkRouter"
+
+    def _hook(self, name):
+        def fn(mod, inp, out):
+            st = self.stats[name]
+            idx = out[2]
+            x = inp[0].reshape(-1, mod.hidden_dim).float()
+            s = torch.sigmoid((x @ mod.weight.float().t()) * mod.output_multiplier)
+            b = s + mod.e_score_correction_bias.float()
+            K = mod.top_k
+            sel = b.topk(K, dim=-1)[1]
+            assert all(set(a.tolist()) == set(c.tolist()) for a, c in zip(sel, idx)), \
+                "routing recompute differs"
+            st["counts"] += np.bincount(idx.reshape(-1).numpy(), minlength=mod.num_experts)
+            srt = b.sort(dim=-1, descending=True).values
+            st["gap"] = min(st["gap"], float((srt[:, K - 1] - srt[:, K]).min()))
+            nb = s.topk(K, dim=-1)[1]
+            st["by_bias"] += sum(set(a.tolist()) != set(c.tolist()) for a, c in zip(idx, nb))
+            st["tokens"] += idx.shape[0]
+
+        return fn
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+    def report_and_check(self):
+        for name, st in self.stats.items():
+            print(f"   {name.removeprefix('model.language_model.')} routing: "
+                  f"counts={st['counts'].tolist()} min biased-score gap={st['gap']:.4f} "
+                  f"tokens whose choice the bias changes={st['by_bias']}/{st['tokens']}")
+            if (st["counts"] == 0).any():
+                raise RoutingTooFragile(f"{name} never picks some expert: {st['counts'].tolist()}")
+            if st["gap"] < MIN_SIGMOID_GAP:
+                raise RoutingTooFragile(f"{name} sigmoid routing margin below {MIN_SIGMOID_GAP}")
+            if st["by_bias"] == 0:
+                raise RoutingTooFragile(f"{name}: the selection bias changes no token's experts")

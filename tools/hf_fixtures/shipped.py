@@ -28,6 +28,12 @@ to the values written here, bit for bit.
   U8 [out, in / 2] (even input low), ``weight_scale`` e4m3 [out, in / 16]
   and ``weight_global_scale`` f32 [1] (weight = code x scale / global), with
   ``weight_shape``; transformers reads it through compressed-tensors.
+* nvfp4_experts (Muse Spark's routed experts in the same compressed-tensors
+  layout): the fused ``mlp.experts.gate_up_proj`` [E, 2I, Dm] and
+  ``mlp.experts.down_proj`` [E, Dm, I] become one module per expert and
+  projection, ``mlp.experts.N.gate_proj`` (rows [:I]), ``.up_proj`` (rows
+  [I:]) and ``.down_proj``, each packed as above with its own global scale;
+  every other tensor stays as saved.
 
 All three give values that bf16 holds exactly (a 4- or 8-bit float times a power
 of two), so transformers' bf16 dequantization loses nothing and the float32
@@ -146,6 +152,19 @@ def ship(kind: str, folder: Path, quantization_config: dict) -> dict[str, torch.
             blocks, scales = mxfp4_encode(t)
             out[name + "_blocks"], out[name + "_scales"] = blocks, scales
             values[name] = mxfp4_decode(blocks, scales)
+        elif kind == "nvfp4_experts" and name.endswith(EXPERTS):
+            stem = name.removesuffix(name.rsplit(".", 1)[1])       # "...mlp.experts."
+            half = t.shape[1] // 2
+            for e in range(t.shape[0]):
+                parts = ({"gate_proj": t[e, :half], "up_proj": t[e, half:]}
+                         if name.endswith("gate_up_proj") else {"down_proj": t[e]})
+                for proj, w in parts.items():
+                    packed, block, glob = nvfp4_encode(w)
+                    mod = f"{stem}{e}.{proj}."
+                    out |= {mod + "weight_packed": packed, mod + "weight_scale": block,
+                            mod + "weight_global_scale": glob,
+                            mod + "weight_shape": torch.tensor(list(w.shape), dtype=torch.int64)}
+                    values[mod + "weight"] = nvfp4_decode(packed, block, glob)
         elif kind == "nvfp4" and _nvfp4_target(name):
             packed, block, glob = nvfp4_encode(t)
             stem = name.removesuffix("weight")

@@ -50,8 +50,10 @@ ROUTER_SCALE = 4.0
 # Fail generation if any token's k-th vs (k+1)-th router logit gap is below this.
 MIN_ROUTER_GAP = 0.1
 # RMSNorm classes that scale by (1 + w) (weight zero-initialised by HF).
-ZERO_CENTRED_NORMS = {"Qwen3_5RMSNorm", "Qwen3NextRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm"}
-ROUTER_CLASSES = {"Qwen3NextTopKRouter", "DeepseekV3TopkRouter", "GptOssTopKRouter"}
+ZERO_CENTRED_NORMS = {"Qwen3_5RMSNorm", "Qwen3NextRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm",
+                      "MuseSparkTextCenteredRMSNorm", "MuseSparkTextInputScaledRMSNorm"}
+ROUTER_CLASSES = {"Qwen3NextTopKRouter", "DeepseekV3TopkRouter", "GptOssTopKRouter",
+                  "MuseSparkTopkRouter"}
 # Sigmoid routers (DeepSeek): minimum gap between the chosen and the next
 # candidate, in units of biased sigmoid score, for experts and for groups.
 MIN_SIGMOID_GAP = 0.005
@@ -59,6 +61,13 @@ MIN_SIGMOID_GAP = 0.005
 # 1e-4 of the logit scale, which is O(1) here).
 ABLATION_MIN = 1e-2
 E_BIAS_STD = 0.1
+# A term that the maths makes invisible (a ``no_ops`` entry) may move no logit
+# by more than this: float32 rounding only, the bound of the cached-decode vs
+# recompute self-check.
+NO_OP_MAX = 1e-4
+# Muse Spark's residual gate parameters: N(0, 1), so beta = sigmoid(g / 0.3)
+# spans ~0.04-0.96 and some channels reach alpha's sqrt(1e-3) floor.
+RESIDUAL_GATE_STD = 1.0
 
 
 @dataclass
@@ -69,7 +78,7 @@ class FixtureSpec:
     name: str  # folder under tests/fixtures/hf
     model_type: str  # what the saved config.json says
     config: str  # transformers config class name
-    model: str  # transformers causal-LM class name
+    model: str  # transformers LM class name (a ForCausalLM, or muse_spark's ForConditionalGeneration)
     kwargs: dict
     init: str = "owners"  # "names" (first five families) or "owners"; see build.py
     router: str | None = None  # None, "softmax" (mlp.gate), "gpt_oss" (mlp.router), "deepseek"
@@ -80,8 +89,29 @@ class FixtureSpec:
     attempts: int = 50  # seeds tried until the routing margins are comfortable
     llama3_rope: bool = False  # check and print that llama3 rope scaling changes frequencies
     # None (bf16 as saved) or how the saved bf16 weights are then shipped: "mxfp4"
-    # (gpt-oss's native experts) or "fp8" (DeepSeek block fp8); see shipped.py.
+    # (gpt-oss's native experts), "fp8" (DeepSeek block fp8), "nvfp4" (every
+    # linear of the layers) or "nvfp4_experts" (Muse Spark's routed experts);
+    # see shipped.py.
     shipped: str | None = None
+    # Nested sub-configs of a composite config (``text_config``, ``vision_config``,
+    # ``audio_config``), passed to the config class beside ``kwargs``; the saved
+    # config.json's sub-configs keep every value given here (build.py checks).
+    sub_configs: dict = field(default_factory=dict)
+    # (label, function(model) -> None): each edits the reloaded float32 model
+    # (a weight set to HF's constant init, a parameter-free op bypassed) and must
+    # move the logits by more than ABLATION_MIN, as ``ablations`` do for config terms.
+    model_ablations: list[tuple[str, Callable]] = field(default_factory=list)
+    # (label, "config" | "model", function): terms the maths makes invisible; each
+    # must move no logit by more than NO_OP_MAX (the README states why).
+    no_ops: list[tuple[str, str, Callable]] = field(default_factory=list)
+    # Save the parameters HF keeps in float32 (``_keep_in_fp32_modules_strict``) as
+    # F32 tensors, as a checkpoint saved from a loaded model has them (values stay
+    # bf16-exact); the other families store every tensor in bf16.
+    keep_fp32: bool = False
+    # Reject a seed (and try the next) whose cached decode and full recompute differ
+    # by 1e-4 or more, instead of failing: for families whose attention is sharp
+    # enough (Muse Spark's q scale) that float32 rounding alone gets near that.
+    cache_retry: bool = False
 
 
 def family_seed(name: str) -> int:
@@ -103,6 +133,15 @@ def _set(**kw):
     def fn(cfg):
         for k, v in kw.items():
             setattr(cfg, k, v)
+
+    return fn
+
+
+def _set_text(**kw):
+    """Set fields of a composite config's ``text_config``."""
+    def fn(cfg):
+        for k, v in kw.items():
+            setattr(cfg.text_config, k, v)
 
     return fn
 
@@ -354,9 +393,182 @@ def shipped_quantized() -> list[FixtureSpec]:
     ]
 
 
+# --- Muse Spark (issue 34): transformers >= 5.25, models/muse_spark -----------
+
+def _each(cls: str, fn: Callable) -> Callable:
+    """fn(module) on every module of class ``cls``; fails if there is none."""
+    def go(model):
+        hits = [m for m in model.modules() if type(m).__name__ == cls]
+        assert hits, f"no {cls} in the model"
+        for m in hits:
+            fn(m)
+
+    return go
+
+
+def _fill(suffix: str, value: float) -> Callable:
+    """Every parameter or buffer whose name ends with ``suffix`` set to ``value``
+    (HF's constant init of that term)."""
+    def go(model):
+        hits = [t for n, t in [*model.named_parameters(), *model.named_buffers()]
+                if n.endswith(suffix)]
+        assert hits, f"no tensor named *{suffix}"
+        for t in hits:
+            t.data.fill_(value)
+
+    return go
+
+
+def _bypass(attr: str) -> Callable:
+    """module.<attr> (a parameter-free op) replaced by the identity."""
+    def go(module):
+        getattr(module, attr).forward = lambda x: x
+
+    return go
+
+
+def _negate(suffix: str) -> Callable:
+    def go(model):
+        for n, p in model.named_parameters():
+            if n.endswith(suffix):
+                p.data.neg_()
+
+    return go
+
+
+def _towers_zeroed(model):
+    """Every vision and audio tower weight set to zero: the text logits must not see it."""
+    for n, p in model.named_parameters():
+        if not n.startswith(("model.language_model.", "lm_head.")):
+            p.data.zero_()
+
+
+# The text model: the shapes of the public checkpoint scaled down, every term at a
+# value that shows at the parity tolerance. Four layers make HF's default pattern
+# (full attention / NoPE every 4th layer counted from the last) S S S F; given
+# explicitly, and build.py holds them (DERIVED) to what HF derives without them.
+MUSE_TEXT = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,   # the dense MLP's width: unused, every layer is sparse
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    layer_types=["sliding_attention"] * 3 + ["full_attention"],
+    layer_rope_theta=[500000.0] * 3 + [0],
+    mlp_layer_types=["sparse"] * 4,
+    rope_parameters=dict(rope_type="default", rope_theta=500000.0),
+    sliding_window=4,        # keys per query including itself; the sequences are 7 long
+    max_position_embeddings=256,
+    rms_norm_eps=1e-5,
+    post_norm_eps=1e-8,
+    qk_scale_factor=5.4730064863875,
+    output_multiplier=2.0,   # 1/sqrt(hidden / 256), the public checkpoint's rule; 2^-2.5 there
+    final_logit_softcapping=4.0,  # 20 in the public checkpoint
+    residual_gate_temperature=0.3,
+    moe_hidden_size=32,      # latent width, < hidden
+    moe_intermediate_size=64,
+    num_local_experts=8,
+    num_experts_per_tok=2,
+    routed_scaling_factor=1.0,
+    num_shared_experts=0,    # not a transformers field; the public config.json carries it
+    hidden_act="silu",
+    attention_bias=False,
+    tie_word_embeddings=False,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=None,
+)
+# Text-config fields HF's __post_init__ derives when absent.
+DERIVED = ("layer_types", "layer_rope_theta", "mlp_layer_types")
+# Tiny towers: present, drawn and saved, never on the text path.
+MUSE_VISION = dict(patch_size=2, pos_emb_height=2, pos_emb_width=2, num_attention_heads=2,
+                   num_hidden_layers=1, hidden_size=8, intermediate_size=16, patch_temporal=1,
+                   merge_size=1, max_position_embeddings=4,
+                   rope_parameters=dict(rope_type="axial", rope_theta=10000.0))
+MUSE_AUDIO = dict(patch_sizes=[2, 2], hidden_sizes=[4, 8], depths=[1, 1], num_hidden_layers=2,
+                  mlp_ratio=2.0, conv_kernel_size=3)
+
+# Routed experts as llm-compressor's NVFP4A16 ships them: one Linear per expert
+# and projection (``mlp.experts.N.{gate,up,down}_proj``), e4m3 block scales per 16
+# inputs and an f32 global scale per module; everything else stays bf16.
+MUSE_SPARK_NVFP4 = {
+    "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+    "quantization_status": "compressed", "ignore": ["lm_head"],
+    "config_groups": {"group_0": {
+        "targets": ["re:.*mlp\\.experts\\.\\d+\\.(gate|up|down)_proj$"],
+        "format": "nvfp4-pack-quantized",
+        "weights": {"num_bits": 4, "type": "float", "symmetric": True, "group_size": 16,
+                    "strategy": "tensor_group", "dynamic": False,
+                    "scale_dtype": "torch.float8_e4m3fn"}}}}
+
+
+def _muse_sub_configs(**text) -> dict:
+    t = dict(MUSE_TEXT, **text)
+    return dict(text_config=t, vision_config=dict(MUSE_VISION),
+                audio_config=dict(MUSE_AUDIO, out_hidden_size=t["hidden_size"]))
+
+
+def muse_spark() -> list[FixtureSpec]:
+    """The whole multimodal checkpoint class (vision and audio towers beside the
+    text model), bf16 and with its routed experts in NVFP4."""
+    attn, layer = "MuseSparkTextAttention", "MuseSparkTextDecoderLayer"
+    bf16 = FixtureSpec(
+        "muse_spark", "muse_spark", "MuseSparkConfig", "MuseSparkForConditionalGeneration",
+        dict(out_hidden_size=8, projector_hidden_size=16),
+        sub_configs=_muse_sub_configs(), router="muse_spark", router_scale=1.0, keep_fp32=True,
+        attempts=200, cache_retry=True,
+        ablations=[
+            ("sliding_window=64", _set_text(sliding_window=64)),
+            ("qk_scale_factor=1", _set_text(qk_scale_factor=1.0)),
+            ("output_multiplier=1 (router and logits)", _set_text(output_multiplier=1.0)),
+            ("final_logit_softcapping=1e6 (no cap)", _set_text(final_logit_softcapping=1e6)),
+            ("layer_rope_theta all 5e5 (RoPE on the full layer)",
+             _set_text(layer_rope_theta=[500000.0] * 4)),
+            ("layer_rope_theta all 0 (NoPE everywhere)", _set_text(layer_rope_theta=[0] * 4)),
+            ("residual_gate_temperature=1", _set_text(residual_gate_temperature=1.0)),
+        ],
+        model_ablations=[
+            ("input_layernorm w=0", _fill("input_layernorm.weight", 0.0)),
+            ("pre_feedforward_layernorm w=0", _fill("pre_feedforward_layernorm.weight", 0.0)),
+            ("post_feedforward_layernorm w=0", _fill("post_feedforward_layernorm.weight", 0.0)),
+            ("pre_expert_norm w=0", _fill("pre_expert_norm.weight", 0.0)),
+            ("post_expert_norm w=0", _fill("post_expert_norm.weight", 0.0)),
+            ("final norm w=1", _fill("language_model.norm.weight", 1.0)),
+            ("e_score_correction_bias=0", _fill("e_score_correction_bias", 0.0)),
+            ("residual gates g=0", _fill("residual_gate.gate", 0.0)),
+            ("residual gate floor 1e-3 removed", _each("MuseSparkResidualGate",
+                                                        lambda m: setattr(m, "eps", 0.0))),
+            ("attention gate sigmoid(-x W_gate)", _negate("self_attn.gate_proj.weight")),
+            ("o_norm bypassed", _each(attn, _bypass("o_norm"))),
+            ("qk_norm bypassed", _each(attn, _bypass("qk_norm"))),
+            ("post_attention_layernorm bypassed", _each(layer, _bypass("post_attention_layernorm"))),
+            ("embed_norm bypassed", _each("MuseSparkTextNormedEmbedding", _bypass("embed_norm"))),
+        ],
+        no_ops=[
+            ("routed_scaling_factor=1.7", "config", _set_text(routed_scaling_factor=1.7)),
+            ("layer_rope_theta 1e4 on the RoPE layers", "config",
+             _set_text(layer_rope_theta=[10000.0] * 3 + [0])),
+            ("vision and audio towers zeroed", "model", _towers_zeroed),
+        ])
+    # NVFP4: every expert matrix whole 64-row e2m1 code tiles on each of 2 cores
+    # (gate_up 64 inputs; down 128 inputs split along the expert width, 64 per
+    # core), so hidden 128 (> the latent 64); q/gate/o_proj non-square (4 x 16
+    # heads on hidden 128). Two layers (S F, HF's pattern for 2) keep it ~0.5 MB.
+    nvfp4 = dataclasses.replace(
+        bf16, name="muse_spark_nvfp4", shipped="nvfp4_experts", ablations=[],
+        model_ablations=[], no_ops=[],
+        sub_configs=_muse_sub_configs(
+            hidden_size=128, moe_hidden_size=64, moe_intermediate_size=128, num_hidden_layers=2,
+            layer_types=["sliding_attention", "full_attention"],
+            layer_rope_theta=[500000.0, 0], mlp_layer_types=["sparse"] * 2))
+    return [bf16, nvfp4]
+
+
 def specs() -> list[FixtureSpec]:
     """Every fixture, in the order the generator writes them."""
-    return first_generation() + second_generation() + shipped_quantized()
+    return first_generation() + second_generation() + shipped_quantized() + muse_spark()
 
 
 def names() -> list[str]:
