@@ -74,6 +74,7 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
     rec.update(modeled_hbm_sustained_floor_ms=fl.hbm_sustained_ms, modeled_core_floor_ms=fl.core_ms,
                modeled_latency_floor_ms=fl.latency_ms, modeled_binding_floor=fl.binding,
                modeled_binding_efficiency=fl.efficiency, modeled_compute_ms=mxu_ms + overhead_ms,
+               modeled_sustained_efficiency=fl.sustained_efficiency,
                modeled_mxu_ms=mxu_ms, modeled_overhead_ms=overhead_ms)
     forms = sorted({g.geometry.form for g in plan.memory.geometries if g.library == "mla"})
     if forms:
@@ -84,8 +85,9 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
 
     rec["modeled_sensitivity"] = sensitivity(model, plan)
     if (name, devices) in TARGETS and layers is None:
-        b8 = plan_model(model, devices=devices, batch=8, tokens=1).cost
-        rec.update(modeled_step_ms_b8=b8.step_ms, modeled_efficiency_b8=b8.efficiency)
+        p8 = plan_model(model, devices=devices, batch=8, tokens=1)
+        rec.update(modeled_step_ms_b8=p8.cost.step_ms, modeled_efficiency_b8=p8.cost.efficiency,
+                   modeled_sustained_efficiency_b8=floors(p8).sustained_efficiency)
     sync = synchronised_us(expand(model, c).events)
     rec.update(modeled_sync_step_ms=sync["strict"] / 1e3,
                modeled_sync_overlap_step_ms=sync["overlap"] / 1e3,
@@ -187,10 +189,19 @@ def _profile_stage(rec, plan, devices, compiled) -> None:
         return
     from megakernel.backends.pallas_tpu.aot.profile_kernel import profile
 
+    from megakernel.compiler.floors import with_core_work
+
     work = _stage(rec, "profile", lambda: profile(plan, topology=aot_topology(devices)))
     if work is not None:
         rec.update(core_work_ms=work.ms, core_work_headroom=work.headroom,
                    core_work_cycles=work.cycles, core_work_cuts=list(work.cuts))
+        # busy: without the DMA waits (stalls), which the cost model keeps on its
+        # HBM side; the step re-modeled with at least that much compute
+        total = sum(work.cycles.values())
+        busy = work.ms * (1 - work.cycles.get("stall", 0) / total) if total else work.ms
+        scale, cost = with_core_work(plan, busy)
+        rec.update(core_busy_ms=busy, modeled_compute_scale=scale,
+                   modeled_step_core_ms=cost.step_ms)
 
 
 def aot_topology(devices: int) -> str:

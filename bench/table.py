@@ -12,7 +12,8 @@ COLUMNS = ("model", "cores", "plan s", "codegen s", "AOT s", "step ms (modeled)"
            "step ms N=16 (modeled)",
            "HBM floor ms (modeled)", "eff. (modeled)",
            "floors ms HBM/3.2TB/core/lat", "binds: eff. (modeled)",
-           "compute ms modeled/libtpu", "MLA form", "state MB/step (modeled)",
+           "compute ms modeled/libtpu", "step ms libtpu compute (modeled)", "MLA form",
+           "state MB/step (modeled)",
            "sync-ops ms (modeled)",
            "trace replay ms mega/sync (modeled)",
            "VMEM MiB compiled/plan (diff)", "XLA copies MiB/step N=1/16", "bytes/step trace/min", "check s")
@@ -126,6 +127,8 @@ class _Cells:
                                           f"{r['modeled_binding_efficiency']:.1%}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_compute_ms']:.3f}/")
                      + s(r, "profile", lambda: _core_work(r)))
+        cells.append(s(r, "profile", lambda: f"{r['modeled_step_core_ms']:.3f} "
+                                             f"(compute x{r['modeled_compute_scale']:.2f})"))
         cells.append(s(r, "plan", lambda: r.get("mla_form", "-")))
         cells.append(s(r, "plan", lambda: f"{r.get('modeled_state_bytes_per_step', 0) / 1e6:.1f}"))
         cells.append(s(r, "plan", lambda: f"{r['modeled_sync_step_ms']:.3f} "
@@ -195,13 +198,18 @@ def render(records: list[dict], summary: dict) -> str:
         "floors (modeled, compiler/floors.py): HBM bytes per core at nominal and at 3.2 TB/s "
         "sustained (Inferact), core = MXU",
         "  weight loads at the calibrated rates (compiler/calibration.json), latency = launch "
-        "share + collective phases; binds: eff. = the largest / modeled step.",
+        "share + collective phases; binds: eff. = the largest (HBM at the sustained rate) / "
+        "modeled step.",
         "compute ms modeled/libtpu: the cost model's compute side (MXU + overheads) / the "
         "kernel's critical path in libtpu's static",
         "  schedule, profiled at two cut depths and scaled per layer (docs/floors.md); busy: "
         "without its DMA waits (stalls),",
         "  which the cost model keeps on its HBM side; DIFFERS marks busy and modeled > 15% "
         "apart.",
+        "step ms libtpu compute (modeled): the step re-modeled with every phase's compute "
+        "scaled so the step's compute is at least",
+        "  libtpu's busy core work (floors.with_core_work; x1.00 where the model already "
+        "charges more): no modeled step below the core work.",
         "check s: interpret-mode check of 2 decode steps vs the plain-JAX reference "
         "(FAIL = disagreed).",
         "MLA form: the multi-head latent attention form the cost model chose (absorbed or "

@@ -254,9 +254,10 @@ def _bw(target: Target, outstanding: int) -> float:
     return dma_service.bandwidth(target, target.constants, outstanding)
 
 
-def _walk(phases, credit: float, cap: float, bw_of, rate: float):
+def _walk(phases, credit: float, cap: float, bw_of, rate: float, scale: float = 1.0):
     """Times of ``phases`` in order, carrying ring credit (seconds of ring
-    streaming already done ahead). Returns (costs, credit after)."""
+    streaming already done ahead), each phase's compute times ``scale``.
+    Returns (costs, credit after)."""
     costs = []
     for ph in phases:
         bw = bw_of(ph.outstanding)
@@ -265,25 +266,28 @@ def _walk(phases, credit: float, cap: float, bw_of, rate: float):
         used = min(credit, ring_t)
         credit -= used
         hbm = ring_t - used + other_t
-        compute = ph.flops / rate + ph.overhead_s
+        compute = (ph.flops / rate + ph.overhead_s) * scale
         if compute > hbm:                              # HBM idle: the ring runs ahead
             credit = min(cap, credit + compute - hbm)
         time = max(compute, hbm) + ph.stall_s
         costs.append(PhaseCost(ph.name, ph.stack, ph.per_step, ph.kind,
                                ph.ring_bytes + ph.other_bytes, (ph.ring_bytes + ph.other_bytes) / bw,
-                               ph.flops / rate, ph.overhead_s, ph.stall_s, used, time))
+                               ph.flops / rate * scale, ph.overhead_s * scale, ph.stall_s,
+                               used, time))
     return costs, credit
 
 
 def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
              target: Target, request: PlanRequest, *, timeline: bool = True,
-             memo: dict | None = None) -> CostReport:
+             memo: dict | None = None, compute_scale: float = 1.0) -> CostReport:
     """The modeled call: its launch and XLA's copies around it
     (``compiler/xla_copies.py``) once, then ``request.steps`` steps; steps
     after the first start with the ring credit the previous head left (the
     ring runs on across the step boundary). step_ms is the call over N.
     ``memo``: a dict kept across estimates of the same model, shard, target
-    and request (the geometry search's), for what only the bank size changes."""
+    and request (the geometry search's), for what only the bank size changes.
+    ``compute_scale``: every phase's compute (MXU and overheads) times it, for
+    a step whose core work is known from libtpu's schedule (floors.with_core_work)."""
     memo = {} if memo is None else memo
     pre, stacks, head, rate = _phases(model, shard, memory, collectives, target, request, memo)
     launch, pre = pre[:1], pre[1:]          # per call: launch; per step: the rest
@@ -316,11 +320,11 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
     commit_s = committed / _bw(target, memory.stream.num_banks)
     opening = [dataclasses.replace(p, stall_s=0.0) if p.name == "embed" else p for p in pre]
     latency = target.constants.dma_latency_s
-    first = _walk_step(opening, stacks, head, 0.0, cap, bw_of, rate, latency)
+    first = _walk_step(opening, stacks, head, 0.0, cap, bw_of, rate, latency, compute_scale)
     call_s = launch_s + copies_s + commit_s + first[0]
     if request.steps > 1:
         call_s += (request.steps - 1) * _walk_step(pre, stacks, head, first[5], cap, bw_of,
-                                                   rate, latency)[0]
+                                                   rate, latency, compute_scale)[0]
     total, costs, first_layers, steady_costs, tail, _, walked = first
     every = pre + [p for s in stacks for p in s] + head
     hbm = sum((p.ring_bytes + p.other_bytes) * p.per_step for p in every)
@@ -337,11 +341,11 @@ def estimate(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan
                       commit_ms=commit_s * 1e3, walked=walked)
 
 
-def _walk_step(pre, stacks, head, credit, cap, bw_of, rate, latency):
+def _walk_step(pre, stacks, head, credit, cap, bw_of, rate, latency, scale=1.0):
     """One step from ring credit ``credit`` -> (seconds, embed costs, first
     layer of each stack, steady layers, head costs, credit after the head,
     per stack the layers walked after the first)."""
-    costs, credit = _walk(pre, credit, cap, bw_of, rate)
+    costs, credit = _walk(pre, credit, cap, bw_of, rate, scale)
     first_layers, total = [], sum(p.time_s for p in costs)
     steady_costs, walked = [], []
     for phases in stacks:
@@ -349,7 +353,7 @@ def _walk_step(pre, stacks, head, credit, cap, bw_of, rate, latency):
         # layers' while the one before runs): their latency is exposed once.
         opening = [dataclasses.replace(p, stall_s=p.stall_s + latency) if i == 0 and
                    p.other_bytes else p for i, p in enumerate(phases)]
-        first, credit = _walk(opening, credit, cap, bw_of, rate)
+        first, credit = _walk(opening, credit, cap, bw_of, rate, scale)
         count = phases[0].per_step
         total += sum(p.time_s for p in first)
         # Walk the later layers one by one until the carried credit is steady (a
@@ -358,7 +362,7 @@ def _walk_step(pre, stacks, head, credit, cap, bw_of, rate, latency):
         # there), then charge the steady layer for the rest.
         steady, carry, left, mine = first, credit, count - 1, []
         while left > 0:
-            layer, after = _walk(phases, carry, cap, bw_of, rate)
+            layer, after = _walk(phases, carry, cap, bw_of, rate, scale)
             mine.append(tuple(layer))
             total += sum(p.time_s for p in layer)
             left -= 1
@@ -372,6 +376,6 @@ def _walk_step(pre, stacks, head, credit, cap, bw_of, rate, latency):
         first_layers.append(first)
         steady_costs += steady
         walked.append(tuple(mine))
-    tail, credit = _walk(head, credit, cap, bw_of, rate)
+    tail, credit = _walk(head, credit, cap, bw_of, rate, scale)
     return (total + sum(p.time_s for p in tail), costs, first_layers, steady_costs, tail, credit,
             tuple(walked))

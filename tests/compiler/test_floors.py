@@ -5,7 +5,8 @@ import math
 import pytest
 
 from megakernel.compiler import calibration
-from megakernel.compiler.floors import HBM_SUSTAINED, floors
+from megakernel.compiler.floors import (HBM_SUSTAINED, floors, modeled_compute_ms,
+                                       with_core_work)
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.schedule_collectives import phase_seconds
 from megakernel.models import zoo
@@ -40,7 +41,9 @@ def test_hbm_floors_and_the_binding_one(llama):
     assert f.hbm_sustained_ms == pytest.approx(c.floor_bytes_per_core / HBM_SUSTAINED.value * 1e3)
     # one core: no collective, only the launch
     assert f.latency_ms == pytest.approx(c.launch_ms)
-    assert f.binding == "hbm" and f.efficiency == pytest.approx(f.hbm_ms / c.step_ms)
+    # the binding floor is the HBM floor a core can reach: at the sustained rate
+    assert f.binding == "hbm" and f.efficiency == pytest.approx(f.hbm_sustained_ms / c.step_ms)
+    assert f.sustained_efficiency == f.efficiency > f.hbm_efficiency
     assert any("binding floor: hbm" in line for line in f.lines())
 
 
@@ -55,3 +58,40 @@ def test_latency_floor_counts_each_collective_phase():
     assert f.latency_ms == pytest.approx(plan.cost.launch_ms
                                          + phases * phase_seconds(0, plan.target) * 1e3)
     assert f.binding == "latency" and f.efficiency > f.hbm_efficiency
+
+
+# Every bench row (bench/config.py) at batch 1: planning only.
+ZOO_ROWS = (("tiny-dense", 1), ("tiny-moe", 1), ("llama-3.2-1b", 1), ("gemma-3-1b", 1),
+            ("gemma-2-2b", 4), ("phi-3-mini-4k", 4), ("qwen3-8b", 4), ("mistral-7b-v0.1", 8),
+            ("olmo-2-7b", 8), ("qwen3-32b", 8), ("qwen3-30b-a3b", 8), ("mixtral-8x7b", 8),
+            ("gpt-oss-20b", 8), ("qwen3.5-27b", 8), ("qwen3-next-80b-a3b", 8),
+            ("deepseek-v3", 32), ("kimi-k2", 32))
+
+
+def test_the_rows_are_the_benchs():
+    from bench.config import MODELS
+
+    assert ZOO_ROWS == MODELS
+
+
+@pytest.mark.parametrize("name,cores", ZOO_ROWS)
+def test_no_modeled_step_below_its_sustained_hbm_floor(name, cores):
+    """The cost model streams at most 3.2 TB/s (compiler/measured.py), so a step
+    reads its floor bytes no faster than the sustained rate allows."""
+    plan = plan_model(zoo.model(name), devices=cores, batch=1, tokens=1)
+    f = floors(plan)
+    assert plan.cost.step_ms >= f.hbm_sustained_ms
+    assert f.efficiency <= 1.0
+
+
+def test_core_work_scales_the_compute_it_exceeds(llama):
+    """A busy core work above the modeled compute re-models the step with every
+    phase's compute scaled to it; below, the plan's own cost stands."""
+    mine = modeled_compute_ms(llama.cost)
+    scale, cost = with_core_work(llama, 0.5 * mine)
+    assert scale == 1.0 and cost is llama.cost
+    scale, cost = with_core_work(llama, 3.0 * mine)
+    assert scale == pytest.approx(3.0)
+    assert modeled_compute_ms(cost) == pytest.approx(3.0 * mine, rel=1e-9)
+    # three times the compute of an HBM-bound plan: the step is the compute now
+    assert cost.step_ms >= 3.0 * mine > llama.cost.step_ms
