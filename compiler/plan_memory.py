@@ -314,8 +314,9 @@ def plan_memory(model: Model, shard: ShardPlan, target: Target, request: PlanReq
         ring = dataclasses.replace(ring, num_banks=g.num_banks)
     top_k = {name: st.layer.node(name).op.top_k for st, ss in zip(model.stacks, shard.stacks)
              for name, *_ in ss.experts}
+    routed = min(rows, request.overrides.expert_rows or rows)   # rows of distinct experts
     experts = _kept(memo, ("experts", g.expert_slots, g.slot_chunks), lambda: expert_streams(
-        shard, rows, top_k, g.expert_slots, g.slot_chunks))
+        shard, routed, top_k, g.expert_slots, g.slot_chunks))
     kv = _kept(memo, ("kv", g.kv_tile), lambda: kv_streams(model, shard, request, g.kv_tile))
     index = {p.label: p.index for p in points}
     last = len(points) - 1

@@ -44,6 +44,11 @@ class Overrides:
         every plan's JSON keeps it.
     wire: "bfloat16" or "float32", the dtype the all-reduces' partials travel
         in; None: the model's activation dtype.
+    expert_rows: the rows whose routed experts the cost model counts as
+        distinct (a layer loads at most this x top_k experts); None: every row,
+        the worst case. 1 models a batch whose rows all route alike, as
+        Inferact's benchmark of identical rows does (bench/musespark.py); the
+        kernel itself runs whatever the router picks.
     """
 
     bank_bytes: int | None = None
@@ -59,9 +64,11 @@ class Overrides:
     # Left out of the plan's JSON at its default, so plans that do not set it
     # keep their digest.
     wire: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
+    expert_rows: int | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     def __post_init__(self):
-        for name in ("bank_bytes", "num_banks", "expert_slots", "slot_chunks", "kv_tile"):
+        for name in ("bank_bytes", "num_banks", "expert_slots", "slot_chunks", "kv_tile",
+                     "expert_rows"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int) and value > 0):
                 raise PlanningError(f"{name}={value!r} must be a positive integer",

@@ -173,6 +173,13 @@ def plan_args(p, *, model_optional: bool = False) -> None:
     p.add_argument("--kv-tile", type=positive, default=None, help="override KV tile (tokens)")
     p.add_argument("--moe-parallel", type=moe_parallel, default=None,
                    help="tp, ep, or an expert-parallel degree")
+    p.add_argument("--allreduce", choices=("one_shot", "rs_ag"), default=None,
+                   help="override every all-reduce's algorithm")
+    p.add_argument("--wire", choices=("bfloat16", "float32"), default=None,
+                   help="dtype the all-reduces' partials travel in")
+    p.add_argument("--expert-rows", type=positive, default=None,
+                   help="rows whose routed experts the cost model counts as distinct "
+                        "(default: every row; 1: rows that route alike)")
     p.add_argument("--quantize", action="append", default=None, metavar="KIND=FORMAT",
                    help="store a weight kind (dense, or experts of a MoE model) in a "
                         "format (int8, int4_g32/64/128, fp8_b128, mxfp4, nvfp4), rounded to "
@@ -225,7 +232,8 @@ def make_plan(args, model=None):
                              vmem_reserve=target.vmem_bytes - args.vmem_budget)
     overrides = {k: v for k, v in dict(
         bank_bytes=args.bank_bytes, num_banks=args.banks, expert_slots=args.expert_slots,
-        kv_tile=args.kv_tile, moe_parallel=args.moe_parallel).items() if v is not None}
+        kv_tile=args.kv_tile, moe_parallel=args.moe_parallel, allreduce=args.allreduce,
+        wire=args.wire, expert_rows=args.expert_rows).items() if v is not None}
     with progress(f"planning {model.name} on {args.devices} core(s)"):
         plan = plan_model(model, target=target, devices=args.devices, batch=args.batch,
                           tokens=args.tokens, context=args.context, overrides=overrides,

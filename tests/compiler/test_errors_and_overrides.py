@@ -99,3 +99,22 @@ def test_plan_exports_json_and_a_stable_digest():
     assert data["cost"]["label"].startswith("modeled")
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.model = "x"
+
+
+def test_expert_rows_counts_the_distinct_experts_a_layer_loads():
+    """expert_rows=1 models a batch whose rows all route alike: a layer loads
+    top_k experts, not batch x top_k, and the HBM floor and the step shrink;
+    the default (every row distinct) keeps the plan's digest."""
+    model = zoo.model("qwen3-30b-a3b")
+    worst = plan_model(model, devices=8, batch=4, tokens=1)
+    alike = plan_model(model, devices=8, batch=4, tokens=1, overrides={"expert_rows": 1})
+    top_k = model.stacks[0].layer.node("moe").op.top_k
+    (w,), (a,) = worst.memory.experts, alike.memory.experts
+    assert w.max_distinct == min(w.experts_local, 4 * top_k)
+    assert a.max_distinct == min(a.experts_local, top_k) < w.max_distinct
+    assert alike.cost.floor_bytes_per_core < worst.cost.floor_bytes_per_core
+    assert alike.cost.step_ms < worst.cost.step_ms
+    same = plan_model(model, devices=8, batch=4, tokens=1, overrides={"expert_rows": 4})
+    assert same.memory.experts == worst.memory.experts
+    with pytest.raises(PlanningError, match="expert_rows=0 must be a positive integer"):
+        plan_model(model, devices=8, batch=4, tokens=1, overrides={"expert_rows": 0})
