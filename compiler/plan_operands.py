@@ -73,6 +73,10 @@ def operand_buffers(table: BufferTable, model, shard, request, rows_p: int,
     head = shard.global_param("lm_head.weight")
     add("hbm.lm_head", Space.HBM, Kind.HBM_WEIGHTS, head.shape, head.dtype, head.name,
         True, "ring", note=f"{head.channel}; {head.role}", words=True)
+    if head.format != "plain":          # a quantized head's scales ride the ring beside it
+        sc = shard.global_param(head.name + "_scale")
+        add("hbm.lm_head_scale", Space.HBM, Kind.HBM_WEIGHTS, sc.shape, sc.dtype, sc.name,
+            True, "ring", note=f"{sc.channel}; {sc.role}", words=True)
     for ss in shard.stacks:
         for p in ss.params:
             n = ss.reps(p.name)              # a run's weights: one per run-layer

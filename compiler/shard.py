@@ -212,9 +212,11 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
     # A tied head is a second copy of the embedding, stored transposed
     # ([hidden, vocab]): streamed [vocab, hidden] it would reach the MXU as
     # transposed pushes, which run at half rate (docs/floors.md). HBM has room.
-    globals_.append(ParamShard("lm_head.weight", (h, v), dt, (Split(1, cores, 1, stride, local),),
-                               "ring", "vocab columns" + ("; the tied embedding, transposed"
-                                                          if model.tie_embeddings else "")))
+    head = ParamShard("lm_head.weight", (h, v), dt, (Split(1, cores, 1, stride, local),),
+                      "ring", "vocab columns" + ("; the tied embedding, transposed"
+                                                 if model.tie_embeddings else ""))
+    # A quantized head streams codes, its scales beside them (per column for int8)
+    globals_.extend(format_params((head,), {head.name: model.quantize.lm_head}, "shard"))
     return ShardPlan(cores, tuple(stacks), tuple(globals_), stride, local, v, embed,
                      model.tie_embeddings, ep)
 

@@ -7,9 +7,9 @@ the ring carries them as 32-bit words, megakernel/quantize.py's units), and
 is followed by its scale companion ``{name}_scale``: f32 [K/g, N] per core
 (one row for per-channel int8), split like the weight along N and along K
 by whole groups, a ring weight of its own whose tiles interleave with the
-weight's (compiler/tile_weights.py). Formats on other channels (routed
-routed experts go the same way through their slots: codes as words, scales
-beside them) the MLA library's own matrices and the LM head are a named
+weight's (compiler/tile_weights.py); the LM head is such a ring weight. Routed
+experts go the same way through their slots (codes as words, scales beside
+them). Formats on other channels (the MLA library's own matrices) are a named
 ``PlanningError``: their kernel paths read plain weights only.
 """
 
@@ -85,8 +85,5 @@ def check_target(shard, target) -> None:
 
 
 def check_globals(quantize) -> None:
-    """The LM head and embedding stream plain (their kernel paths read plain)."""
-    if quantize.lm_head != "plain":
-        raise PlanningError(f"lm_head={quantize.lm_head!r}: the LM head's kernel path reads "
-                            "plain weights only yet", path="quantize.lm_head",
-                            hint="remove lm_head from the quantize table")
+    """The embedding is gathered plain (its kernel path reads plain rows); the
+    LM head streams through the ring like any quantized ring weight."""

@@ -85,9 +85,12 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int,
                                   tuple(nodes), runs))
         offset += stacks[-1].count * stacks[-1].per_layer
     p = shard.global_param("lm_head.weight")
-    key = (p.name, *p.shape, p.dtype, bank_bytes, "head", 1, None, mxu)
-    head = tile_matrix(*key)
-    nbytes, elements = _totals(*key)
+    if p.format == "plain":
+        key = (p.name, *p.shape, p.dtype, bank_bytes, "head", 1, None, mxu)
+        head = tile_matrix(*key)
+        nbytes, elements = _totals(*key)
+    else:
+        head, nbytes, elements = _quantized_tiles(p, bank_bytes, mxu)
     block = head[0].cols
     return WeightStream(bank_bytes, num_banks, tuple(stacks), head, offset, block, nbytes,
                         elements, mxu)

@@ -39,12 +39,18 @@ def test_compile_records_the_formats_in_the_folder(tmp_path, capsys):
     ("dense:int8", "--quantize: expected KIND=FORMAT"),
     ("dense=int3", "--quantize.dense: unknown weight format 'int3'"),
     ("embedding=int8", "embedding weights can only be plain"),
-    ("lm_head=int8", "the LM head's kernel path reads plain weights only"),
 ])
 def test_bad_quantize_flags_are_named(flag, needle, capsys):
     code, _, err = run("plan", "tiny-moe", "--quantize", flag, capsys=capsys)
     assert code == 2
     assert needle in " ".join(err.split())
+
+
+def test_an_untied_head_takes_a_format(capsys):
+    """The LM head streams through the ring like a dense weight (it was refused
+    until its kernel path read quantized tiles: tests/quant/test_quantized_head.py)."""
+    code, out, _ = run("plan", "tiny-moe", "--quantize", "lm_head=int8", capsys=capsys)
+    assert code == 0 and "hbm.lm_head_scale" in out
 
 
 @pytest.mark.parametrize("flags, needle", [

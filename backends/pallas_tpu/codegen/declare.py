@@ -322,5 +322,6 @@ def segment_tables(plan, ctxs) -> list[dict]:
                       for t in c.stream.tiles]}
            for c in ctxs]
     out.append({"name": "HEAD_TILES", "offset": stream.head_offset, "count": 1,
-                "layered": False, "runs": "", "tiles": [_tile_entry(ring, 0, t) for t in stream.head]})
+                "layered": False, "runs": "", "tiles": [_tile_entry(ring, 0, t, 1 if t.scale_view else None)
+                          for t in stream.head]})     # a quantized head's scales: ref 1
     return out

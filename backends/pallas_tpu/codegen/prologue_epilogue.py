@@ -41,7 +41,9 @@ def prologue_lines(model, plan, ctxs) -> list[str]:
     multi-step call embeds in its step loop, ``step_begin_lines``)."""
     mem, n, multi = plan.memory, plan.shard.cores, plan.request.steps > 1
     refs = [tuple_of(c.hbm(p) for p in c.ring) for c in ctxs]
-    refs.append(tuple_of([ref(plan, "hbm.lm_head")]))
+    quantized = plan.shard.global_param("lm_head.weight").format != "plain"
+    refs.append(tuple_of([ref(plan, "hbm.lm_head")]
+                         + ([ref(plan, "hbm.lm_head_scale")] if quantized else [])))
     aux = tuple_of(ref(plan, f"ring.aux{i}") for i in range(len(mem.ring.aux)))
     aux = f"aux={aux}, " if mem.ring.aux else ""
     steps = ", steps=STEPS_PER_CALL" if multi else ""
@@ -139,8 +141,10 @@ def epilogue_lines(model, plan) -> list[str]:
     else:       # this core's columns of the vocabulary: the valid ones, the first's id
         lines += ["valid = jnp.clip(VOCAB_SIZE - me * VOCAB_STRIDE, 0, VOCAB_STRIDE)",
                   "first_column = me * VOCAB_STRIDE"]
+    quantized = plan.shard.global_param("lm_head.weight").format != "plain"
+    to = f", dequant_to={literal(model.dtype.value)}" if quantized else ""
     lines.append(f"max_logit, token = rt.lm_head(stream, {literal(len(plan.shard.stacks))}, xn, "
-                 f"outputs.logits, valid, first_column{post})")
+                 f"outputs.logits, valid, first_column{post}{to})")
     if n > 1:
         b = lambda name: ref(plan, f"argmax.{name}")  # noqa: E731
         lines.append(f"max_logit, token = rt.exchange_argmax(max_logit, token, {b('values')}, "

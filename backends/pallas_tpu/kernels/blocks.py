@@ -189,7 +189,7 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded, 
     return x
 
 
-def lm_head(stream, s, xn, logits_ref, valid, base, post=None):
+def lm_head(stream, s, xn, logits_ref, valid, base, post=None, dequant_to=None):
     """Logits blocks from the head tiles; running (max, first global index)
     over the valid vocabulary columns of this core. Each block is reduced as
     soon as its last tile is consumed, so at most a few blocks are live.
@@ -197,7 +197,9 @@ def lm_head(stream, s, xn, logits_ref, valid, base, post=None):
     A block is (first column, width) of this core's logits: a [hidden, vocab]
     tile's column pieces. The leading run of evenly
     stepped tiles that are whole blocks on their own is a fori_loop; the rest
-    (the last R tiles, odd shapes, blocks split over tiles) is unrolled."""
+    (the last R tiles, odd shapes, blocks split over tiles) is unrolled. A
+    quantized head's tiles arrive with their scales and are dequantised to
+    ``dequant_to`` before the dot (``dequant.matmul``), as ``ring_linear``'s."""
     seg = stream.segments[s]
 
     def keys(t):
@@ -205,8 +207,12 @@ def lm_head(stream, s, xn, logits_ref, valid, base, post=None):
 
     def use(pieces, t, r0, c0):
         """[(block key, partial logits)] of one tile at offsets (r0, c0)."""
-        return [((c0 + c, w.shape[1]), matmul_ref(xn[:, t.r0:t.r0 + t.rows], w))
-                for c, w in pieces]
+        xs = xn[:, t.r0:t.r0 + t.rows]
+        if t.fmt:
+            return [((c0 + c, w.shape[1]),
+                     dequant.matmul(xs, w.ref, pltpu.bitcast(sc[...], jnp.float32), t.fmt,
+                                    jnp.dtype(dequant_to), matmul)) for c, w, sc in pieces]
+        return [((c0 + c, w.shape[1]), matmul_ref(xs, w)) for c, w in pieces]
 
     def reduce(best, key, blk):
         c0, cols = key

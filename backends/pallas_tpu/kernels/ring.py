@@ -224,8 +224,13 @@ class Stream:
         g, tile = len(group), group[i]
         flat = self.segments[s].offset + g * j + i
         copies = self._run_copy(s, tile, step, j, flat)
-        dsts = self._dsts(tile, self._slot(flat))
-        pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
+        slot = self._slot(flat)
+        dsts = self._dsts(tile, slot)
+        if tile.fmt:
+            pieces = _arriving_quantized(copies, self._pieces(tile), dsts, tile.dtype,
+                                         self._scale_dst(tile, slot))
+        else:
+            pieces = _arriving(copies, self._pieces(tile), dsts, tile.dtype)
         out = fn(pieces, *_run_offsets(tile.r0, tile.c0, step, j))
         for _ in pieces:         # every DMA is waited for, whatever fn read
             pass
@@ -238,8 +243,16 @@ class Stream:
         r0, c0 = _run_offsets(tile.r0_w, tile.c0, (step[0] // tile.per, step[1]), j)
         slot = self._slot(flat)
         srcs = [src.at[pl.ds(r0, tile.rows_w), pl.ds(c0 + c, w)] for c, w in self._pieces(tile)]
-        return _Copies([pltpu.make_async_copy(a, b, self.sems.at[slot, i])
-                        for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))])
+        copies = [pltpu.make_async_copy(a, b, self.sems.at[slot, i])
+                  for i, (a, b) in enumerate(zip(srcs, self._dsts(tile, slot)))]
+        if tile.fmt:           # its scales: the same columns, the tile's scale rows
+            if step[0]:
+                raise EmitError("a rolled run of quantized tiles steps by columns only, found "
+                                f"a row step of {step[0]}", path="ring.consume_run")
+            scales = self.refs[s][tile.sref].at[pl.ds(tile.sr0, tile.srows), pl.ds(c0, tile.cols)]
+            copies.append(pltpu.make_async_copy(scales, self._scale_dst(tile, slot),
+                                                self.sems.at[slot, len(copies)]))
+        return _Copies(copies)
 
     def _refill(self, s, k, j):
         if self.sync:
