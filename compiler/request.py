@@ -47,7 +47,7 @@ class Overrides:
     expert_rows: the rows whose routed experts the cost model counts as
         distinct (a layer loads at most this x top_k experts); None: every row,
         the worst case. 1 models a batch whose rows all route alike, as
-        Inferact's benchmark of identical rows does (bench/musespark.py); the
+        Inferact's Muse Spark benchmark of identical rows does; the
         kernel itself runs whatever the router picks.
     """
 
