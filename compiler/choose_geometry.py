@@ -118,7 +118,11 @@ class _Search:
         report = cost.estimate(self.model, self.shard, memory, plan, self.target, self.request,
                                timeline=False, memo=self.memo)
         self._keep(g, memory)
-        self.seen[g] = (report.step_ms, memory.vmem_total)
+        # Ties on time go to fewer ring tiles per step, then to less VMEM: libtpu's
+        # schedule charges a tile several times the assumed tile_overhead_s
+        # (docs/floors.md), and llama-3.2-1b/1's 2 MiB banks, tied with 4 MiB ones
+        # under the fitted HBM share, compiled 1.19 MiB over the plan's values.
+        self.seen[g] = (report.step_ms, (memory.stream.total, memory.vmem_total))
         return self.seen[g]
 
 
