@@ -78,12 +78,17 @@ def moe(op, p, x, margins: list | None = None):
         weights += [p["experts_gate_bias"], p["experts_up_bias"], p["experts_down_bias"]]
     per_expert = jax.vmap(lambda *w: expert_ffn(op, x, *w))(*weights)      # [E, n, H]
     out = jnp.einsum("ne,enh->nh", combine, per_expert, precision=jax.lax.Precision.HIGHEST)
-    if op.num_shared_experts:
-        shared = gated_ffn(op.activation, x, p["shared_gate"], p["shared_up"], p["shared_down"])
-        if op.shared_expert_gate:       # Qwen3-Next: sigmoid(x . w) per token
-            shared = shared * jax.nn.sigmoid(matmul(x, p["shared_expert_gate"][:, None]))
-        out = out + shared
-    return out
+    return with_shared(op, p, x, out)
+
+
+def with_shared(op, p, x, routed):
+    """The routed experts' output [n, H] plus the shared experts' (if any)."""
+    if not op.num_shared_experts:
+        return routed
+    shared = gated_ffn(op.activation, x, p["shared_gate"], p["shared_up"], p["shared_down"])
+    if op.shared_expert_gate:       # Qwen3-Next: sigmoid(x . w) per token
+        shared = shared * jax.nn.sigmoid(matmul(x, p["shared_expert_gate"][:, None]))
+    return routed + shared
 
 
 REFERENCE.register("moe")(lambda n, p, xs, ctx: moe(n.op, p, xs[0], ctx.margins))

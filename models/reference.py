@@ -136,9 +136,12 @@ def init_caches(model: Model, batch: int) -> dict[str, Array]:
             for name, spec in model.cache_specs(batch).items()}
 
 
-def final_hidden(model: Model, weights, tokens, start_pos, caches, margins: list | None = None):
+def final_hidden(model: Model, weights, tokens, start_pos, caches, margins: list | None = None,
+                 rules: dict | None = None):
     """Run embedding and every layer; returns (normed hidden [n, H], caches).
-    ``margins`` collects every MoE op's routing margins (``decode_step_margins``)."""
+    ``margins`` collects every MoE op's routing margins (``decode_step_margins``);
+    ``rules`` (op kind -> rule) replaces ``REFERENCE``'s rule of those kinds (the
+    XLA baseline's routed MoE, bench/xla_step.py)."""
     b, t = tokens.shape
     positions = start_pos[:, None].astype(jnp.int32) + jnp.arange(t, dtype=jnp.int32)[None, :]
     caches = dict(caches)
@@ -150,7 +153,8 @@ def final_hidden(model: Model, weights, tokens, start_pos, caches, margins: list
         for node in layer.nodes:
             params = {k.split(".")[-1]: weights[f"layers.{i}.{k}"]
                       for k in layer.params(model.dtype) if k.startswith(node.name + ".")}
-            rule = REFERENCE(node.op.kind, f"layers[{i}].{node.name}")
+            rule = (rules or {}).get(node.op.kind) or REFERENCE(node.op.kind,
+                                                                 f"layers[{i}].{node.name}")
             env[node.outputs[0]] = rule(node, params, [env[n] for n in node.inputs], ctx)
         x = env[layer.output]
     x = rmsnorm(model.final_norm, {"weight": weights["final_norm.weight"]}, x)
@@ -162,11 +166,13 @@ def lm_head(model: Model, weights) -> Array:
     return weights["embed.weight"].T if model.tie_embeddings else weights["lm_head.weight"]
 
 
-def decode_step(model: Model, weights, tokens, start_pos, caches, margins: list | None = None):
+def decode_step(model: Model, weights, tokens, start_pos, caches, margins: list | None = None,
+                rules: dict | None = None):
     """tokens [B, T] int32 at positions start_pos[b] + t -> (logits [B, T, V] f32, caches).
-    ``margins`` collects every MoE op's routing margins (``decode_step_margins``)."""
+    ``margins`` collects every MoE op's routing margins (``decode_step_margins``);
+    ``rules`` as in ``final_hidden``."""
     b, t = tokens.shape
-    x, caches = final_hidden(model, weights, tokens, start_pos, caches, margins)
+    x, caches = final_hidden(model, weights, tokens, start_pos, caches, margins, rules)
     logits = _apply_ops(model.logit_ops, "logit_ops", matmul(x, lm_head(model, weights)))
     return logits.reshape(b, t, model.vocab_size), caches
 
