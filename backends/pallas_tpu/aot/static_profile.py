@@ -58,17 +58,19 @@ def profiled_env(dump_dir: str, *, critical_path: bool = True, extra: str = "") 
 
 
 def run_child(module: str, args: list[str], dump_dir: str, timeout: float,
-              extra_flags: str = "") -> dict:
-    """``python -m module *args`` with profiling flags; the child prints one JSON
-    object as its last stdout line. Raises EmitError with the child's last error."""
+              extra_flags: str = "", critical_path: bool = True, cwd=None) -> dict:
+    """``python -m module *args`` with profiling flags (in folder ``cwd``, for a
+    module outside the package); the child prints one JSON object as its last
+    stdout line. Raises EmitError with the child's last error."""
     from megakernel.errors import EmitError
 
     hint = ("libtpu's profile pass refuses some kernels (docs/floors.md); the plain "
             "`megakernel aot` compile is unaffected")
     try:
         proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
-                              text=True, timeout=timeout,
-                              env=profiled_env(dump_dir, extra=extra_flags))
+                              text=True, timeout=timeout, cwd=cwd,
+                              env=profiled_env(dump_dir, critical_path=critical_path,
+                                               extra=extra_flags))
     except subprocess.TimeoutExpired:
         raise EmitError(f"profiled compile still running after {timeout:.0f} s",
                         path=f"profile.{module}", hint=hint) from None
@@ -95,11 +97,24 @@ class Profile:
 
 
 def _estimates(text: str):
-    """(cycles, custom_call_target) per ``hlo_op_estimate`` block."""
+    """(cycles, custom_call_target, ops it stands for) per ``hlo_op_estimate``
+    block (``num_equivalent_hlos``: libtpu profiles one of each set of
+    identical ops, e.g. the same fusion in every layer of an XLA program)."""
     for block in re.split(r"(?m)^hlo_op_estimate\s*\{", text)[1:]:
         cyc = re.search(r"(?m)^\s*estimated_cycles:\s*([0-9.eE+-]+)", block)
         tgt = re.search(r'custom_call_target:\s*"([^"]*)"', block)
-        yield (float(cyc.group(1)) if cyc else 0.0), (tgt.group(1) if tgt else None)
+        same = re.search(r"(?m)^\s*num_equivalent_hlos:\s*(\d+)", block)
+        yield ((float(cyc.group(1)) if cyc else 0.0), (tgt.group(1) if tgt else None),
+               int(same.group(1)) if same else 1)
+
+
+def program_cycles(dump_dir: str) -> tuple[float, int]:
+    """(cycles, ops) of an XLA program, whose every op libtpu profiles on its
+    own (a file per op it runs as a TensorCore program): the ops' estimates,
+    each times the ops it stands for, summed, as the ops run one after another."""
+    ests = [e for f in glob.glob(os.path.join(dump_dir, f"*{PROFILE_SUFFIX}"))
+            for e in _estimates(open(f).read())]
+    return sum(c * n for c, _, n in ests), sum(n for _, _, n in ests)
 
 
 def breakdown(text: str) -> tuple[dict, int]:
@@ -137,5 +152,5 @@ def read(dump_dir: str, label: str) -> Profile:
                 units, length = u, n
     # A module that is only the kernel lists it under the module's name, with no
     # custom-call target; one with XLA ops around the kernel names its target.
-    kernel = [c for c, t in ests if t == "tpu_custom_call"] or [c for c, _ in ests]
-    return Profile(label, sum(kernel), sum(c for c, _ in ests), units, length)
+    kernel = [c for c, t, _ in ests if t == "tpu_custom_call"] or [c for c, _, _ in ests]
+    return Profile(label, sum(kernel), sum(c for c, _, _ in ests), units, length)
