@@ -33,12 +33,16 @@ NUMBER_FIELDS = ("plan_s", "modeled_step_ms", "modeled_hbm_floor_ms", "modeled_e
                  "modeled_sync_overlap_step_ms", "modeled_sync_slowdown",
                  "modeled_state_bytes_per_step")
 # Stage fields: a number when the stage ran, else the stage is in errors/skipped.
+# In the order the stages run (a worker past its time names the first not done).
 STAGE_FIELDS = {"codegen": ("codegen_s",),
                 "aot": ("aot_compile_s", "compiled_vmem_bytes"),
+                "profile": ("profile_s", "core_work_ms"),
+                # the XLA baseline (bench/xla_baseline.py): modeled, then libtpu's schedule
+                "xla": ("xla_s", "xla_modeled_step_ms", "xla_modeled_advantage"),
+                "xla_profile": ("xla_profile_s", "xla_core_work_ms"),
                 "check": ("check_s",),
                 "trace": ("trace_s", "trace_bytes_per_step"),
-                "replay": ("replay_s", "replay_step_ms"),
-                "profile": ("profile_s", "core_work_ms")}
+                "replay": ("replay_s", "replay_step_ms")}
 
 
 STAGES = ("plan",) + tuple(STAGE_FIELDS)

@@ -3,7 +3,8 @@
 ``bench_model(name, devices)`` plans zoo model ``name`` (the cost model's
 numbers, floors, sensitivity and synchronised-ops ablation, all modeled),
 generates its kernel, compiles it with libtpu when importable, profiles
-libtpu's static schedule of it, and for the tiny models runs the
+libtpu's static schedule of it, measures the XLA baseline the same two ways
+(bench/xla_baseline.py), and for the tiny models runs the
 interpret-mode check, trace and replay (``bench/interpret.py``). The record's
 fields are listed in ``bench/config.py``; a stage that fails leaves its error
 in ``errors`` and no number.
@@ -134,6 +135,7 @@ def bench_model(name: str, devices: int, *, batch: int = 1, layers: int | None =
         done(rec)
         _profile_stage(rec, plan, devices, aot and kernel is not None)
         done(rec)
+        _xla_stages(rec, plan, devices, aot, aot_reason, done)
         if not interpret:
             for stage in ("check", "trace", "replay"):
                 rec["skipped"][stage] = "interpret mode: tiny models only"
@@ -202,6 +204,32 @@ def _profile_stage(rec, plan, devices, compiled) -> None:
         scale, cost = with_core_work(plan, busy)
         rec.update(core_busy_ms=busy, modeled_compute_scale=scale,
                    modeled_step_core_ms=cost.step_ms)
+
+
+def _xla_stages(rec, plan, devices, aot, why_not, done) -> None:
+    """The baseline a user would pick instead (bench/xla_baseline.py): the same
+    step as XLA ops over the same cores, compiled by libtpu for the same
+    topology; its modeled step, then libtpu's static schedule of its ops, each
+    over the megakernel's own figure (its advantage by the compiler's account)."""
+    if not aot:
+        rec["skipped"]["xla"] = rec["skipped"]["xla_profile"] = why_not
+        return
+    from bench import xla_baseline
+
+    topology = aot_topology(devices)
+    cost = _stage(rec, "xla", lambda: xla_baseline.modeled(plan, topology=topology))
+    if cost is not None:
+        rec.update(xla_baseline.modeled_fields(cost),
+                   xla_cuts=list(xla_baseline.cut_depths(plan.model)[:2]),
+                   xla_modeled_advantage=cost.step_s * 1e3 / rec["modeled_step_ms"])
+    done(rec)
+    work = _stage(rec, "xla_profile", lambda: xla_baseline.core_work(plan, topology=topology))
+    if work is not None:
+        rec.update(xla_core_work_ms=work.ms, xla_core_work_serial_ms=work.serial_ms,
+                   xla_core_work_ops=work.ops, xla_async_bytes=work.async_bytes)
+        if rec.get("core_work_ms"):
+            rec["xla_core_work_advantage"] = work.ms / rec["core_work_ms"]
+    done(rec)
 
 
 def aot_topology(devices: int) -> str:

@@ -148,15 +148,57 @@ class _Cells:
         return cells
 
 
+def _grid(columns, rows: list[list[str]]) -> list[str]:
+    """Header, rule and rows, each column as wide as its widest cell; model and
+    cores left-aligned, numbers right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(columns)]
+    line = lambda cs: "  ".join(c.rjust(w) if i > 1 else c.ljust(w)  # noqa: E731
+                                for i, (c, w) in enumerate(zip(cs, widths))).rstrip()
+    return [line(columns), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+XLA_COLUMNS = ("model", "cores", "XLA step ms (modeled)", "megakernel ms (modeled)",
+               "x (modeled)", "XLA ops/gaps ms (modeled)", "HBM MB XLA/mega (modeled)",
+               "XLA core work ms (libtpu)", "megakernel (libtpu)", "x (libtpu)")
+
+
+def xla_table(records: list[dict], cells: "_Cells") -> list[str]:
+    """The XLA baseline beside the megakernel, one row per model: the modeled
+    steps and their ratio, libtpu's schedules and theirs (bench/xla_baseline.py)."""
+    s = cells.stage
+    rows = [[r["model"], str(r["cores"]),
+             s(r, "xla", lambda: f"{r['xla_modeled_step_ms']:.3f}"),
+             s(r, "plan", lambda: f"{r['modeled_step_ms']:.3f}"),
+             s(r, "xla", lambda: f"{r['xla_modeled_advantage']:.2f}x"),
+             s(r, "xla", lambda: f"{r['xla_modeled_ops']:.0f}/{r['xla_modeled_gap_ms']:.3f}"),
+             s(r, "xla", lambda: f"{r['xla_modeled_hbm_bytes'] / 1e6:.0f}/"
+                                 f"{r['modeled_bytes_per_step'] / 1e6:.0f}"),
+             s(r, "xla_profile", lambda: f"{r['xla_core_work_ms']:.3f}-"
+                                         f"{r['xla_core_work_serial_ms']:.3f}"),
+             s(r, "profile", lambda: f"{r['core_work_ms']:.3f}"),
+             s(r, "xla_profile", lambda: f"{r['xla_core_work_advantage']:.2f}x")]
+            for r in records]
+    return ["", "The XLA baseline: the same step as XLA ops over the same cores "
+            "(bench/xla_baseline.py)"] + _grid(XLA_COLUMNS, rows) + [
+        "XLA step (modeled): the reference step jitted over the plan's cores, compiled by "
+        "libtpu for the same topology, each",
+        "  op max(HBM bytes at the sustained bandwidth, compute) + a dispatch gap "
+        "(op_overhead_s, + dma_latency_s if it touches",
+        "  HBM), collectives by the phase model (bench/xla_cost.py); x = XLA / megakernel, its "
+        "advantage by the cost model; HBM MB per core.",
+        "XLA core work (libtpu): libtpu's static schedule of the same step's ops (caches read "
+        "only), their estimates summed;",
+        "  without (-with) its async prefetches at the profile's DMA rate, which libtpu does "
+        "not estimate; x = the first over",
+        "  the megakernel's core work (its critical path, stalls included): its advantage "
+        "by libtpu's account. Both scaled from two cut depths."]
+
+
 def render(records: list[dict], summary: dict) -> str:
     notes, skips = [], {}
     cells = _Cells(notes, skips)
-    rows = [cells.row(r) for r in records]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(COLUMNS)]
-    line = lambda cs: "  ".join(c.rjust(w) if i > 1 else c.ljust(w)  # noqa: E731
-                                for i, (c, w) in enumerate(zip(cs, widths))).rstrip()
-    out = [line(COLUMNS), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    out = _grid(COLUMNS, [cells.row(r) for r in records])
     out.append("")
     d = summary.get("aot_depth", {})
     if "ratio" in d:
@@ -224,6 +266,7 @@ def render(records: list[dict], summary: dict) -> str:
     from bench.sensitivity import render as sensitivity, render_targets
 
     out += render_targets(records) + sensitivity(records)
+    out += xla_table(records, cells)
     fallback = [r for r in records if r.get("kernel_overrides")]
     if fallback:
         o = ", ".join(f"{k}={v}" for k, v in fallback[0]["kernel_overrides"].items())
