@@ -84,11 +84,13 @@ def activation(kind: Activation, x: Array) -> Array:
 
 
 def rmsnorm(op, p, x):
+    """x / rms(x) per group of op.dim features, times (1 +) w unless parameter-free."""
     n, f = x.shape
     g = x.reshape(n, f // op.dim, op.dim)
     g = g * jax.lax.rsqrt(jnp.mean(g * g, axis=-1, keepdims=True) + op.eps)
-    scale = p["weight"].astype(jnp.float32) + (1.0 if op.offset else 0.0)
-    return (g * scale).reshape(n, f)
+    if op.weight:
+        g = g * (p["weight"].astype(jnp.float32) + (1.0 if op.offset else 0.0))
+    return g.reshape(n, f)
 
 
 def linear(op, p, x):

@@ -90,14 +90,18 @@ def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
 
 
 def rmsnorm(x, scale, dim, eps, offset):
-    """Groups of ``dim`` features normalised by their rms, times (offset+)scale."""
+    """Groups of ``dim`` features normalised by their rms, times (offset+)scale
+    (``scale`` None: parameter-free)."""
     scale = scale + 1.0 if offset else scale
     outs = []
     for g in range(x.shape[-1] // dim):
         h = x[:, g * dim:(g + 1) * dim]
         h = h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + eps)
-        outs.append(h * scale[:, :dim] if scale.shape[-1] == dim
-                    else h * scale[:, g * dim:(g + 1) * dim])
+        if scale is None:
+            outs.append(h)
+        else:
+            outs.append(h * scale[:, :dim] if scale.shape[-1] == dim
+                        else h * scale[:, g * dim:(g + 1) * dim])
     return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-1)
 
 
