@@ -154,6 +154,11 @@ def softcap(x, cap):
     return activations.softcap(x, cap)
 
 
+def residual_gate(s, b, gate, temperature, floor):
+    """alpha * s + beta * b from the f32 gate row [1, dim] (the reference's formula)."""
+    return activations.residual_gate(s, b, gate, temperature, floor)
+
+
 def block_argmax(logits, valid):
     """(max [rows,1], first index [rows,1]) over columns < valid (dynamic)."""
     col = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
