@@ -170,6 +170,9 @@ def decode_step(model: Model, weights, tokens, start_pos, caches, margins: list 
     b, t = tokens.shape
     x, caches = final_hidden(model, weights, tokens, start_pos, caches, margins)
     logits = _apply_ops(model.logit_ops, "logit_ops", matmul(x, lm_head(model, weights)))
+    if model.vocab_used is not None:      # padding ids: never chosen, probability 0
+        used = jnp.arange(model.vocab_size) < model.vocab_used
+        logits = jnp.where(used[None, :], logits, -jnp.inf)
     return logits.reshape(b, t, model.vocab_size), caches
 
 

@@ -198,10 +198,12 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded, 
     return x
 
 
-def lm_head(stream, s, xn, logits_ref, valid, base, post=None):
+def lm_head(stream, s, xn, logits_ref, valid, base, post=None, pad_ids=False):
     """Logits blocks from the head tiles; running (max, first global index)
     over the valid vocabulary columns of this core. Each block is reduced as
     soon as its last tile is consumed, so at most a few blocks are live.
+    ``pad_ids``: the columns from ``valid`` on are padding ids (the model's
+    vocab_used), whose logits are written as -inf, as the reference's.
 
     A block is (first column, width) of this core's logits: a [hidden, vocab]
     tile's column pieces. The leading run of evenly
@@ -221,6 +223,9 @@ def lm_head(stream, s, xn, logits_ref, valid, base, post=None):
         c0, cols = key
         if post is not None:       # the model's logit ops (e.g. soft-capping), per block
             blk = post(blk)
+        if pad_ids:
+            col = jax.lax.broadcasted_iota(jnp.int32, blk.shape, 1)
+            blk = jnp.where(col < valid - c0, blk, NEG_INF)
         if logits_ref is not None:
             logits_ref[:, pl.ds(c0, cols)] = blk
         m, idx = block_argmax(blk, valid - c0)
