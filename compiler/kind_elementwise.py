@@ -31,10 +31,13 @@ def _mul_want(ls: LayerSharding, node, out_want):
     return (out_want,) * len(node.inputs)
 
 
-def _nonlinear(ls: LayerSharding, node):
+def both_whole(ls: LayerSharding, node):
+    """Every input read whole (a partial sum all-reduced first), all held
+    alike: the rule of a nonlinear map, and of the residual gate
+    (compiler/kind_residual_gate.py)."""
     states = [ls.full(node, t) for t in node.inputs]
     if any(s != states[0] for s in states):
-        raise ShardingError(f"multiplies tensors held differently across cores: {states}",
+        raise ShardingError(f"combines tensors held differently across cores: {states}",
                             path="inputs")
     return states[0]
 
@@ -52,8 +55,8 @@ def _channel_scale(ls: LayerSharding, node):
 
 
 for kind in ("activation", "softcap"):
-    SHARDING.register(kind)(ShardRule(_nonlinear, _wish_through))
-SHARDING.register("mul")(ShardRule(_nonlinear, _mul_want))
+    SHARDING.register(kind)(ShardRule(both_whole, _wish_through))
+SHARDING.register("mul")(ShardRule(both_whole, _mul_want))
 SHARDING.register("scale")(ShardRule(_linear_map, _wish_through))
 SHARDING.register("channel_scale")(ShardRule(_channel_scale, _wish_through))
 BUFFERS.register(*KINDS)(lambda cx, node: OpLayout())

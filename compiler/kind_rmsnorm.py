@@ -1,8 +1,9 @@
 """Sharding, buffer, cost and constant rules of RMSNorm (ir/ops.py).
 
 Sharding: the norm reads its input whole, or split in slices that keep its
-groups (a per-head norm over heads split by cores) and passes the split
-its reader wishes for on to its input; its weight is replicated. It asks for
+groups (a per-head norm over heads split by cores), passes the split its
+reader wishes for on to its input and announces its input's; its weight,
+if it has one, is replicated. It asks for
 no buffers and no constants, and costs one vector op.
 """
 
@@ -23,11 +24,16 @@ def _rmsnorm(ls: LayerSharding, node: OpNode):
         raise ShardingError(f"dim={op.dim} norm reads a tensor split over cores in "
                             f"slices of {s.stride} features, which cut its groups",
                             path="dim", hint="use a core count that keeps whole groups")
-    ls.param(node, "weight", (op.dim,), (), "vector", "replicated")
+    if op.weight:           # a parameter-free norm has no vector to hold
+        ls.param(node, "weight", (op.dim,), (), "vector", "replicated")
     return s
 
 
-SHARDING.register("rmsnorm")(ShardRule(_rmsnorm, _pass_wish))
+# A norm keeps its input's split, so it announces what its input's producer
+# does: an output gate after a per-head norm of the attention output (Muse
+# Spark) then wishes its projection split by heads, as without the norm.
+SHARDING.register("rmsnorm")(ShardRule(_rmsnorm, _pass_wish,
+                                       lambda ls, node: ls.announced(node.inputs[0])))
 
 
 BUFFERS.register("rmsnorm")(lambda cx, node: OpLayout())

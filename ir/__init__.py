@@ -8,4 +8,5 @@ finds every kind. A new op kind adds its module here (docs/architecture.md,
 """
 
 from megakernel.ir import (kind_attention, kind_elementwise, kind_gdn, kind_mla,  # noqa: F401
-                           kind_mlp, kind_moe, kind_norm_parts, kind_rmsnorm)
+                           kind_mlp, kind_moe, kind_norm_parts, kind_residual_gate,
+                           kind_rmsnorm)

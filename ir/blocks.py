@@ -17,13 +17,16 @@ import functools
 from megakernel.errors import IRError, error_context
 from megakernel.ir.card import FFNS, MIXERS, ModelConfig
 from megakernel.ir.graph import Layer, OpNode
+from megakernel.ir.kind_elementwise import ChannelScale
+from megakernel.ir.kind_residual_gate import ResidualGate
 from megakernel.ir.kind_rmsnorm import RMSNorm
 from megakernel.ir.op_base import Add, Op
 from megakernel.ir.types import TensorSpec
 
 # Op fields whose card field has another name: an op's error says which card
 # field to change (``layers.0.q_rope: theta: ... (set by the card's rope_theta)``).
-_CARD_FIELDS = {"eps": "norm_eps", "offset": "norm_offset",
+_CARD_FIELDS = {"eps": "norm_eps or post_norm_eps", "offset": "norm_offset",
+                "temperature": "residual_gate_temperature",
                 "theta": "rope_theta or sliding_rope_theta", "logit_softcap": "attn_logit_softcap",
                 "scaling": "rope_scaling", "bias": "qkv_bias or o_bias",
                 "hidden": "hidden_size", "intermediate": "intermediate_size",
@@ -69,24 +72,47 @@ class LayerBuilder:
         return Layer(kind, tuple(self.nodes), tuple(self.tensors.values()), "x", output)
 
 
-def norm(c: ModelConfig, dim: int):
-    """The card's RMSNorm over ``dim`` features, as ``LayerBuilder.add`` takes it."""
-    return lambda: RMSNorm(dim, c.norm_eps, c.norm_offset)
+def norm(c: ModelConfig, dim: int, *, weight: bool = True, eps: float | None = None):
+    """The card's RMSNorm over ``dim`` features, as ``LayerBuilder.add`` takes
+    it; ``weight=False``: parameter-free (no offset then), ``eps``: not norm_eps."""
+    eps = c.norm_eps if eps is None else eps
+    return lambda: RMSNorm(dim, eps, c.norm_offset and weight, weight)
+
+
+def _post_eps(c: ModelConfig) -> float:
+    return c.norm_eps if c.post_norm_eps is None else c.post_norm_eps
+
+
+def residual(c: ModelConfig, b: LayerBuilder, x: str, o: str, where: str, out: str) -> str:
+    """A block's end: ``where``'s post norm of its output ``o`` when the card
+    has post norms (``attn``: post_attn_norm; ``ffn``: post_ffn_norm, or,
+    input-scaled, post_ffn_norm's (1 + w) scale then post_ffn_rms), then
+    the residual add ``{where}_residual`` of x and it, or the card's learned
+    residual gate of the two (both tensors [hidden_size])."""
+    h = c.hidden_size
+    if c.post_norms and where == "ffn" and c.post_ffn_norm_input_scaled:
+        o = b.add("post_ffn_norm", lambda: ChannelScale(h, c.norm_offset), (o,), "ffn_in_scaled")
+        o = b.add("post_ffn_rms", norm(c, h, weight=False, eps=_post_eps(c)), (o,), "ffn_normed")
+    elif c.post_norms:
+        weight = c.post_attn_norm_weight or where != "attn"
+        o = b.add(f"post_{where}_norm", norm(c, h, weight=weight, eps=_post_eps(c)), (o,),
+                  f"{where}_normed")
+    if c.residual_gate_temperature is None:
+        return b.add(f"{where}_residual", Add, (x, o), out)
+    return b.add(f"{where}_residual", lambda: ResidualGate(h, c.residual_gate_temperature),
+                 (x, o), out)
 
 
 def _ffn_block(c: ModelConfig, b: LayerBuilder, x: str, kind: str) -> str:
     # "post_norm" is the norm after the attention block, before the FFN (HF's
     # post_attention_layernorm in Llama); the FFN output's own is post_ffn_norm.
     hn = b.add("post_norm", norm(c, c.hidden_size), (x,), "h_ffn") if c.pre_norms else x
-    f = FFNS(kind).block(c, b, hn)
-    if c.post_norms:
-        f = b.add("post_ffn_norm", norm(c, c.hidden_size), (f,), "ffn_normed")
-    return b.add("ffn_residual", Add, (x, f), "y")
+    return residual(c, b, x, FFNS(kind).block(c, b, hn), "ffn", "y")
 
 
 @functools.lru_cache(maxsize=64)
 def layer(c: ModelConfig, mixer: str, ffn: str) -> Layer:
-    label, block, _ = MIXERS(mixer)
+    label, block = MIXERS(mixer)[:2]
     b = LayerBuilder(c.hidden_size)
     x = block(c, b, "x")
     return b.layer(f"{label}_{ffn}" if label else ffn, _ffn_block(c, b, x, ffn))

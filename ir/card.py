@@ -30,11 +30,14 @@ class Mixer(NamedTuple):
     """A card mixer: the label of its layers' kind, its block builder (card,
     LayerBuilder, residual tensor) -> the residual after the mixer, and its
     sizes (card) -> (weight bytes, state bytes of one sequence) of one layer's
-    mixer, its block norms included (ir/sizes.py adds them up)."""
+    mixer, its block norms included (ir/sizes.py adds them up). ``rotary``:
+    its block rotates q and k with the card's RoPE unless the card's
+    ``nope_layer_types`` names it."""
 
     label: str
     block: Callable
     sizes: Callable
+    rotary: bool = False
 
 
 class FFN(NamedTuple):
@@ -176,6 +179,33 @@ class ModelConfig:
     # Storage format per weight kind (megakernel/formats.py), e.g.
     # {"experts": "mxfp4", "dense": "int8"}; absent kinds stay plain.
     quantize: Quantize = Quantize()
+    # Muse Spark: both residual adds of every layer become learned gates,
+    # alpha * s + beta * branch with u = gate / temperature (ir/kind_residual_gate.py).
+    residual_gate_temperature: AnyFloat | None = None
+    # Muse Spark: eps of the post norms (post_attn_norm, post_ffn_norm), 1e-8
+    # beside its norm_eps of 1e-5; None: norm_eps.
+    post_norm_eps: AnyFloat | None = None
+    # Muse Spark: False makes the post-attention norm parameter-free.
+    post_attn_norm_weight: Bool = True
+    # Muse Spark: the post-FFN norm is input-scaled, rms(x * w) instead of
+    # rms(x) * w (w as norm_offset says: 1 + w when set).
+    post_ffn_norm_input_scaled: Bool = False
+    # Muse Spark: False makes the q/k norms parameter-free.
+    qk_norm_weight: Bool = True
+    # Muse Spark: a parameter-free RMS over each head of the attention output
+    # (eps norm_eps), before attn_output_gate and o_proj.
+    attn_output_norm: Bool = False
+    # Muse Spark: a parameter-free RMS of the embedded token (eps norm_eps),
+    # after scale_embeddings, before the first layer.
+    embed_norm: Bool = False
+    # Muse Spark: the layer types (layer_types names) whose layers have no
+    # rotary embedding (NoPE), e.g. ("full_attention",).
+    nope_layer_types: tuple[Word, ...] = ()
+    # Muse Spark: logits times this before final_logit_softcap (2^-2.5).
+    final_logit_scale: AnyFloat = 1.0
+    # Muse Spark: ids >= vocab_used are padding rows of the embedding and LM
+    # head: never chosen, and their logits are -inf. None: every id is used.
+    vocab_used: Int(1, limits.MAX_VOCAB) | None = None
 
     def __post_init__(self):
         if self.moe is None and self.first_k_dense:
@@ -215,6 +245,47 @@ class ModelConfig:
         if self.qk_norm_all_heads and not self.qk_norm:
             raise IRError("qk_norm_all_heads is set but qk_norm is not", path="qk_norm_all_heads",
                           hint="set qk_norm, or remove qk_norm_all_heads")
+        self._check_muse_options()
+
+    def _check_muse_options(self):
+        """The options Muse Spark brought: each names what it needs."""
+        if not self.qk_norm_weight and not self.qk_norm:
+            raise IRError("qk_norm_weight=false but qk_norm is not set", path="qk_norm_weight",
+                          hint="set qk_norm, or remove qk_norm_weight")
+        if not self.qk_norm_weight and self.qk_norm_all_heads:
+            raise IRError("parameter-free q/k norms are per head only, but qk_norm_all_heads "
+                          "is set", path="qk_norm_weight",
+                          hint="remove qk_norm_all_heads, or qk_norm_weight")
+        post = {"post_norm_eps": self.post_norm_eps is not None,
+                "post_attn_norm_weight": not self.post_attn_norm_weight,
+                "post_ffn_norm_input_scaled": self.post_ffn_norm_input_scaled}
+        for name, used in post.items():
+            if used and not self.post_norms:
+                raise IRError(f"{name} is set but post_norms is not", path=name,
+                              hint=f"set post_norms, or remove {name}")
+        if not 0.0 < self.final_logit_scale <= limits.MAX_SCALE:
+            raise IRError(f"final_logit_scale={self.final_logit_scale} must be in (0, "
+                          f"{limits.MAX_SCALE:g}]", path="final_logit_scale",
+                          hint="give a positive multiplier (1.0: none)")
+        if self.vocab_used is not None and self.vocab_used > self.vocab_size:
+            raise IRError(f"vocab_used={self.vocab_used} exceeds vocab_size={self.vocab_size}",
+                          path="vocab_used", hint=f"use at most {self.vocab_size}, or remove it")
+        self._check_nope()
+
+    def _check_nope(self):
+        mixers = {self.mixer(i) for i in range(self.num_layers)}
+        for t in self.nope_layer_types:
+            if t not in MIXERS or not MIXERS(t).rotary:
+                rotary = sorted(k for k in MIXERS.kinds() if MIXERS(k).rotary)
+                raise IRError(f"{t!r} is not a mixer with a rotary embedding; those are "
+                              f"{rotary}", path="nope_layer_types",
+                              hint="remove it (an MLA block says mla.rope=false instead)")
+            if t not in mixers:
+                raise IRError(f"names {t!r}, but no layer is one ({sorted(mixers)})",
+                              path="nope_layer_types", hint=f"remove {t!r}")
+        if len(set(self.nope_layer_types)) != len(self.nope_layer_types):
+            raise IRError("names a layer type twice", path="nope_layer_types",
+                          hint="list each once")
 
     def layer_kind(self, index: int) -> str:
         """The FFN of layer ``index``: its name in FFNS."""

@@ -43,15 +43,19 @@ def build(config: ModelConfig) -> Model:
         except IRError as err:
             raise with_card_field(err) from None
     logit_ops = ()
+    if config.final_logit_scale != 1.0:     # Muse Spark scales before its soft-cap
+        logit_ops = (Scale(config.final_logit_scale),)
     if config.final_logit_softcap is not None:
         with error_context("final_logit_softcap"):
-            logit_ops = (Softcap(config.final_logit_softcap),)
+            logit_ops += (Softcap(config.final_logit_softcap),)
     dtype = DType.parse(config.dtype)
     embed_ops = ()
     if config.scale_embeddings:
         # Gemma casts sqrt(hidden) to the weight dtype first: 59.87 -> 59.75 in bf16.
         factor = float(np.asarray(math.sqrt(config.hidden_size), dtype.np))
         embed_ops = (Scale(factor),)
+    if config.embed_norm:       # norm_eps was checked by the final norm above
+        embed_ops += (RMSNorm(config.hidden_size, config.norm_eps, weight=False),)
     return Model(config.name, config.vocab_size, config.hidden_size, tuple(layers),
                  final_norm, config.tie_embeddings, dtype, config.max_seq_len, logit_ops,
-                 embed_ops, config.quantize)
+                 embed_ops, config.quantize, config.vocab_used)

@@ -306,10 +306,16 @@ class Model:
     # The storage format of each weight kind (megakernel/formats.py); all
     # plain unless the card or ``--quantize`` asks.
     quantize: Quantize = Quantize()
+    # Ids below it are the vocabulary; the rows from it to vocab_size are
+    # padding (Muse Spark), never chosen, their logits -inf. None: all used.
+    vocab_used: Int(1, limits.MAX_VOCAB) | None = None
 
     def __post_init__(self):
         if not self.layers:
             raise IRError("a model needs at least one layer", path="layers")
+        if self.vocab_used is not None and self.vocab_used > self.vocab_size:
+            raise IRError(f"vocab_used={self.vocab_used} exceeds vocab_size={self.vocab_size}",
+                          path="vocab_used", hint=f"use at most {self.vocab_size}")
         for where, ops, width in (("logit_ops", self.logit_ops, self.vocab_size),
                                   ("embed_ops", self.embed_ops, self.hidden_size)):
             for i, op in enumerate(ops):
@@ -317,7 +323,8 @@ class Model:
                     if op.params(self.dtype) or op.infer(((width,),)) != ((width,),):
                         raise IRError(f"{op.kind} is not a weightless op from [{width}] to "
                                       f"[{width}]", path="kind",
-                                      hint="use scale, softcap or activation")
+                                      hint="use scale, softcap, activation or an rmsnorm "
+                                           "without weight")
         for i, layer in enumerate(self.layers):
             shape = layer.tensor(layer.input).shape
             if shape != (self.hidden_size,):

@@ -15,11 +15,11 @@ from typing import ClassVar
 import numpy as np
 
 from megakernel.ir import limits, sizes
-from megakernel.ir.blocks import LayerBuilder, norm
+from megakernel.ir.blocks import LayerBuilder, norm, residual
 from megakernel.ir.card import MIXERS, Mixer, ModelConfig
 from megakernel.ir.kind_elementwise import Activate, Mul
 from megakernel.ir.kind_norm_parts import MeanSquare, RMSScale
-from megakernel.ir.op_base import OP_KINDS, Add, Linear, Op, _expect_shapes
+from megakernel.ir.op_base import OP_KINDS, Linear, Op, _expect_shapes
 from megakernel.ir.op_fields import Activation, HeadDim, Heads, Positions, _fail
 from megakernel.ir.rope_scaling import RopeScaling, rope_attention_factor, rope_inv_freq
 from megakernel.ir.schema import Bool, Float, Int, node
@@ -116,19 +116,23 @@ for _cls in (Rope, Attention):
 
 
 def _qk_norm(c: ModelConfig, b: LayerBuilder, t: str, which: str) -> str:
-    """Per-head norm, or (``qk_norm_all_heads``) one over the whole projection,
-    in two parts so that its mean of squares can be summed over cores."""
+    """Per-head norm (parameter-free without ``qk_norm_weight``), or
+    (``qk_norm_all_heads``) one over the whole projection, in two parts so
+    that its mean of squares can be summed over cores."""
     if not c.qk_norm_all_heads:
-        return b.add(f"{which}_norm", norm(c, c.head_dim), (t,), f"{which}_normed")
+        return b.add(f"{which}_norm", norm(c, c.head_dim, weight=c.qk_norm_weight), (t,),
+                     f"{which}_normed")
     width = b.tensors[t].shape[0]
     ms = b.add(f"{which}_ms", lambda: MeanSquare(width), (t,), f"{which}_ms")
     return b.add(f"{which}_norm", lambda: RMSScale(width, c.norm_eps, c.norm_offset), (t, ms),
                  f"{which}_normed")
 
 
-def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window, local: bool) -> str:
+def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, mixer: str, window,
+                     local: bool) -> str:
     """The card's attention mixer: input norm, q (and output gate), k, v, their
-    norms and rotations, attention, o_proj, post norm and the residual add."""
+    norms and rotations (none in ``nope_layer_types`` layers), attention, its
+    output's per-head norm and gate, o_proj, post norm and the residual."""
     h, d = c.hidden_size, c.head_dim
     q_dim, kv_dim = c.num_q_heads * d, c.num_kv_heads * d
     theta, scaling = c.rope_theta, c.rope_scaling
@@ -144,19 +148,20 @@ def _attention_block(c: ModelConfig, b: LayerBuilder, x: str, window, local: boo
     v = b.add("v_proj", lambda: Linear(h, kv_dim, c.qkv_bias), (hn,), "v")
     if c.qk_norm:
         q, k = _qk_norm(c, b, q, "q"), _qk_norm(c, b, k, "k")
-    q = b.add("q_rope", rope(c.num_q_heads), (q,), "q_rot")
-    k = b.add("k_rope", rope(c.num_kv_heads), (k,), "k_rot")
+    if mixer not in c.nope_layer_types:
+        q = b.add("q_rope", rope(c.num_q_heads), (q,), "q_rot")
+        k = b.add("k_rope", rope(c.num_kv_heads), (k,), "k_rot")
     o = b.add("attention", lambda: Attention(c.num_q_heads, c.num_kv_heads, d,
                                              c.softmax_scale, window, c.attn_logit_softcap,
                                              c.attention_sinks),
               (q, k, v), "attn")
+    if c.attn_output_norm:      # Muse Spark's order: per-head norm, then the gate
+        o = b.add("o_norm", norm(c, d, weight=False), (o,), "attn_normed_heads")
     if c.attn_output_gate:
         gate = b.add("gate_act", lambda: Activate(Activation.SIGMOID), (gate,), "gate_sig")
         o = b.add("attn_gate", Mul, (o, gate), "attn_gated")
     o = b.add("o_proj", lambda: Linear(q_dim, h, c.o_bias), (o,), "attn_out")
-    if c.post_norms:
-        o = b.add("post_attn_norm", norm(c, h), (o,), "attn_normed")
-    return b.add("attn_residual", Add, (x, o), "x_mid")
+    return residual(c, b, x, o, "attn", "x_mid")
 
 
 def _attention_sizes(c: ModelConfig) -> tuple[int, int]:
@@ -166,7 +171,7 @@ def _attention_sizes(c: ModelConfig) -> tuple[int, int]:
     q, kv = c.num_q_heads * d, c.num_kv_heads * d
     attn = sizes.block_norms(c) + h * q + 2 * h * kv + q * h
     attn += (q + 2 * kv) * c.qkv_bias + h * c.o_bias + c.num_q_heads * c.attention_sinks
-    attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm
+    attn += ((q + kv) if c.qk_norm_all_heads else 2 * d) * c.qk_norm * c.qk_norm_weight
     attn += (h * q + q * c.qkv_bias) * c.attn_output_gate
     return attn * item, 2 * c.max_seq_len * kv * item
 
@@ -174,8 +179,10 @@ def _attention_sizes(c: ModelConfig) -> tuple[int, int]:
 # Without layer_types every layer is full attention, windowed by the card's
 # sliding_window when it has one; with them, only sliding_attention layers are.
 MIXERS.register("full_attention")(Mixer(
-    "", lambda c, b, x: _attention_block(c, b, x, c.sliding_window if c.layer_types is None
-                                         else None, False), _attention_sizes))
+    "", lambda c, b, x: _attention_block(c, b, x, "full_attention", c.sliding_window
+                                         if c.layer_types is None else None, False),
+    _attention_sizes, rotary=True))
 MIXERS.register("sliding_attention")(Mixer(
-    "sliding", lambda c, b, x: _attention_block(c, b, x, c.sliding_window, True),
-    _attention_sizes))
+    "sliding", lambda c, b, x: _attention_block(c, b, x, "sliding_attention",
+                                                c.sliding_window, True),
+    _attention_sizes, rotary=True))

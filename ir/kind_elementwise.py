@@ -3,7 +3,8 @@
 ``mul`` multiplies two tensors; ``activation`` applies one function of the
 activation table; ``scale`` multiplies by a constant; ``softcap`` is
 ``cap * tanh(x / cap)`` (Gemma 2's attention and final-logit soft-capping);
-``channel_scale`` multiplies by a learned per-feature vector. Each maps
+``channel_scale`` multiplies by a learned per-feature vector (or by one plus
+it: the input scale of Muse Spark's input-scaled norm). Each maps
 per-token shapes to themselves and keeps no state.
 """
 
@@ -16,7 +17,7 @@ from megakernel.ir import limits
 from megakernel.ir.op_base import OP_KINDS, Op
 from megakernel.ir.op_fields import Activation, Dim
 from megakernel.ir.weight_kinds import WEIGHT_KINDS
-from megakernel.ir.schema import Float, node
+from megakernel.ir.schema import Bool, Float, node
 from megakernel.ir.types import ParamSpec
 
 # Multipliers and caps: finite, bounded, and never 0 (a zero cap divides by 0).
@@ -80,10 +81,13 @@ class Softcap(Op):
 
 @node
 class ChannelScale(Op):
-    """y = x * w, with a learned w of ``dim`` features (e.g. a layer scale)."""
+    """y = x * w, with a learned w of ``dim`` features (e.g. a layer scale);
+    with ``offset``, y = x * (1 + w) (the input scale of Muse Spark's
+    input-scaled norm, a parameter-free RMSNorm after it)."""
 
     kind: ClassVar[str] = "channel_scale"
     dim: Dim
+    offset: Bool = False
 
     def params(self, dtype):
         return {"weight": ParamSpec((self.dim,), dtype)}

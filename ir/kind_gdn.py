@@ -23,9 +23,9 @@ from typing import ClassVar
 
 from megakernel.errors import IRError
 from megakernel.ir import limits, sizes
-from megakernel.ir.blocks import norm
+from megakernel.ir.blocks import norm, residual
 from megakernel.ir.card import MIXERS, Mixer
-from megakernel.ir.op_base import OP_KINDS, Add, Linear, Op, _expect_shapes
+from megakernel.ir.op_base import OP_KINDS, Linear, Op, _expect_shapes
 from megakernel.ir.op_fields import HeadDim, Heads
 from megakernel.ir.weight_kinds import WEIGHT_KINDS
 from megakernel.ir.schema import Float, Int, node
@@ -116,9 +116,7 @@ def _gdn_block(c, b, x: str) -> str:
                                            la.key_head_dim, la.value_head_dim,
                                            la.conv_kernel, c.norm_eps), ins, "gdn_out")
     o = b.add("out_proj", lambda: Linear(vw, h), (o,), "attn_out")
-    if c.post_norms:
-        o = b.add("post_attn_norm", norm(c, h), (o,), "attn_normed")
-    return b.add("attn_residual", Add, (x, o), "x_mid")
+    return residual(c, b, x, o, "attn", "x_mid")
 
 
 def _gdn_sizes(c) -> tuple[int, int]:

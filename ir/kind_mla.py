@@ -34,10 +34,10 @@ from typing import ClassVar
 
 from megakernel.errors import IRError
 from megakernel.ir import limits, sizes
-from megakernel.ir.blocks import norm
+from megakernel.ir.blocks import norm, residual
 from megakernel.ir.card import MIXERS, Mixer
 from megakernel.ir.kind_rmsnorm import RMSNorm
-from megakernel.ir.op_base import OP_KINDS, Add, Linear, Op, _expect_shapes
+from megakernel.ir.op_base import OP_KINDS, Linear, Op, _expect_shapes
 from megakernel.ir.op_fields import Dim, HeadDim, Heads
 from megakernel.ir.rope_scaling import RopeScaling, rope_attention_factor, rope_inv_freq
 from megakernel.ir.weight_kinds import WEIGHT_KINDS
@@ -129,7 +129,8 @@ def _mla_block(c, b, x: str) -> str:
               "sliding_window": c.sliding_window if c.layer_types is None else None,
               "attn_logit_softcap": c.attn_logit_softcap,
               "attention_sinks": c.attention_sinks,
-              "sliding_rope_theta": c.sliding_rope_theta if c.layer_types is None else None}
+              "sliding_rope_theta": c.sliding_rope_theta if c.layer_types is None else None,
+              "attn_output_norm": c.attn_output_norm if c.layer_types is None else None}
     for field, value in unused.items():
         if value:
             raise IRError(f"{field}={value} does not apply to MLA layers", path=field,
@@ -152,9 +153,7 @@ def _mla_block(c, b, x: str) -> str:
                                  c.rope_scaling if m.rope else None, m.latent_norm_eps,
                                  m.output_gate), inputs, "attn")
     o = b.add("o_proj", lambda: Linear(heads * dv, h, c.o_bias), (o,), "attn_out")
-    if c.post_norms:
-        o = b.add("post_attn_norm", norm(c, h), (o,), "attn_normed")
-    return b.add("attn_residual", Add, (x, o), "x_mid")
+    return residual(c, b, x, o, "attn", "x_mid")
 
 
 def _mla_config(c):

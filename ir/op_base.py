@@ -49,6 +49,10 @@ class Op:
     LIBRARY: ClassVar[str | None] = None
     # Errors name the op (``layers.0.attention``); the message names the field.
     FLAT_ERRORS: ClassVar[bool] = True
+    # The op adds a branch into the residual stream (the residual add, a
+    # residual gate): random weights draw the branch's last projection at the
+    # residual scale (models/weights.py), so deep stacks stay O(1).
+    RESIDUAL: ClassVar[bool] = False
 
     def params(self, dtype: DType) -> dict[str, ParamSpec]:
         return {}
@@ -111,6 +115,7 @@ class Add(Op):
     """Residual add of two tensors of the same shape."""
 
     kind: ClassVar[str] = "add"
+    RESIDUAL: ClassVar[bool] = True
 
     def infer(self, inputs):
         if len(inputs) != 2 or inputs[0] != inputs[1]:

@@ -76,6 +76,7 @@ class _ModelDoc(TypedDict):
     logit_ops: NotRequired[_list(dict[str, Any], 8)]
     embed_ops: NotRequired[_list(dict[str, Any], 8)]
     quantize: NotRequired[dict[Word, Word]]
+    vocab_used: NotRequired[Int(1, limits.MAX_VOCAB)]
 
 
 def layer_to_dict(layer: Layer) -> dict[str, Any]:
@@ -127,6 +128,7 @@ def model_to_dict(model: Model) -> dict[str, Any]:
         **({"logit_ops": [op.to_dict() for op in model.logit_ops]} if model.logit_ops else {}),
         **({"embed_ops": [op.to_dict() for op in model.embed_ops]} if model.embed_ops else {}),
         **({"quantize": model.quantize.chosen()} if model.quantize.chosen() else {}),
+        **({"vocab_used": model.vocab_used} if model.vocab_used is not None else {}),
     }
 
 
@@ -165,6 +167,8 @@ def model_from_dict(data: dict[str, Any]) -> Model:
     if "quantize" in data:
         with error_context("quantize"):
             extra["quantize"] = Quantize(**data["quantize"])
+    if "vocab_used" in data:
+        extra["vocab_used"] = data["vocab_used"]
     return Model(data["name"], data["vocab_size"], data["hidden_size"], tuple(layers),
                  final_norm, data["tie_embeddings"], dtype, data["max_seq_len"], **extra)
 

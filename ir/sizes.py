@@ -48,7 +48,7 @@ def of_config(c: "ModelConfig") -> Sizes:
     kinds = [(c.mixer(i), c.layer_kind(i)) for i in range(c.num_layers)]
     mixer = {a: MIXERS(a).sizes(c) for a in dict.fromkeys(a for a, _ in kinds)}
     ffn = {f: FFNS(f).sizes(c) for f in dict.fromkeys(f for _, f in kinds)}
-    layers = sum(mixer[a][0] + ffn[f] for a, f in kinds)
+    layers = sum(mixer[a][0] + ffn[f] + residual_gates(c) for a, f in kinds)
     embed = c.vocab_size * c.hidden_size * (1 if c.tie_embeddings else 2) + c.hidden_size
     cache = sum(mixer[a][1] for a, _ in kinds)
     return Sizes(c.name, layers + embed * item_size(c), cache, c.max_seq_len)
@@ -60,8 +60,16 @@ def item_size(c: "ModelConfig") -> int:
 
 
 def block_norms(c: "ModelConfig") -> int:
-    """Weights of the norms around a layer's mixer and FFN (each hidden-wide)."""
-    return 2 * c.hidden_size * (c.pre_norms + c.post_norms)
+    """Weights of the norms around a layer's mixer and FFN (each hidden-wide;
+    a parameter-free post-attention norm has none, an input-scaled post-FFN
+    norm its input scale)."""
+    post = c.post_norms * (c.post_attn_norm_weight + 1)
+    return c.hidden_size * (2 * c.pre_norms + post)
+
+
+def residual_gates(c: "ModelConfig") -> int:
+    """Bytes of one layer's two residual gates (f32 vectors), if the card has them."""
+    return 2 * c.hidden_size * 4 * (c.residual_gate_temperature is not None)
 
 
 def of_layers(name: str, vocab_size: int, hidden_size: int, layers: Sequence["Layer"],

@@ -59,3 +59,14 @@ def clamped_swiglu(gate, up, limit: float, alpha: float):
 def softcap(x, cap: float):
     """cap * tanh(x / cap): Gemma 2's soft-capping, for the reference and the kernel."""
     return cap * jnp.tanh(x * (1.0 / cap))
+
+
+def residual_gate(s, b, gate, temperature: float, floor: float):
+    """alpha * s + beta * b with u = gate / temperature, beta = sigmoid(u),
+    alpha = sqrt(max(sigmoid(-u) * (1 + beta), floor)): Muse Spark's residual
+    gate (ir/kind_residual_gate.py), for the reference and the kernel; gate is
+    f32 [.., dim], broadcast over the rows of s and b."""
+    u = gate / temperature
+    beta = jax.nn.sigmoid(u)
+    alpha = jnp.sqrt(jnp.maximum(jax.nn.sigmoid(-u) * (1.0 + beta), floor))
+    return alpha * s + beta * b

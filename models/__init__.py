@@ -10,7 +10,8 @@ docs/architecture.md).
 """
 
 from megakernel.models import (kind_attention, kind_elementwise, kind_gdn,  # noqa: F401
-                               kind_mla, kind_mlp, kind_moe, kind_norm_parts, kind_rmsnorm)
+                               kind_mla, kind_mlp, kind_moe, kind_norm_parts,
+                               kind_residual_gate, kind_rmsnorm)
 
 from megakernel.models.load import load_model
 

@@ -12,8 +12,8 @@ REFERENCE.register("mul")(lambda n, p, xs, ctx: xs[0] * xs[1])
 REFERENCE.register("activation")(lambda n, p, xs, ctx: activations.apply(n.op.fn, xs[0]))
 REFERENCE.register("scale")(lambda n, p, xs, ctx: xs[0] * n.op.factor)
 REFERENCE.register("softcap")(lambda n, p, xs, ctx: activations.softcap(xs[0], n.op.cap))
-REFERENCE.register("channel_scale")(
-    lambda n, p, xs, ctx: xs[0] * p["weight"].astype(jnp.float32))
+REFERENCE.register("channel_scale")(      # with offset: x * (1 + w)
+    lambda n, p, xs, ctx: xs[0] * (p["weight"].astype(jnp.float32) + float(n.op.offset)))
 
 INIT.register("mul", "activation", "scale", "softcap")({})
 INIT.register("channel_scale")({"weight": ("scale", 0)})

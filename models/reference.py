@@ -84,11 +84,13 @@ def activation(kind: Activation, x: Array) -> Array:
 
 
 def rmsnorm(op, p, x):
+    """x / rms(x) per group of op.dim features, times (1 +) w unless parameter-free."""
     n, f = x.shape
     g = x.reshape(n, f // op.dim, op.dim)
     g = g * jax.lax.rsqrt(jnp.mean(g * g, axis=-1, keepdims=True) + op.eps)
-    scale = p["weight"].astype(jnp.float32) + (1.0 if op.offset else 0.0)
-    return (g * scale).reshape(n, f)
+    if op.weight:
+        g = g * (p["weight"].astype(jnp.float32) + (1.0 if op.offset else 0.0))
+    return g.reshape(n, f)
 
 
 def linear(op, p, x):
@@ -174,6 +176,9 @@ def decode_step(model: Model, weights, tokens, start_pos, caches, margins: list 
     b, t = tokens.shape
     x, caches = final_hidden(model, weights, tokens, start_pos, caches, margins, rules)
     logits = _apply_ops(model.logit_ops, "logit_ops", matmul(x, lm_head(model, weights)))
+    if model.vocab_used is not None:      # padding ids: never chosen, probability 0
+        used = jnp.arange(model.vocab_size) < model.vocab_used
+        logits = jnp.where(used[None, :], logits, -jnp.inf)
     return logits.reshape(b, t, model.vocab_size), caches
 
 

@@ -27,6 +27,7 @@ from megakernel.registry import Registry
 #   "bias": 0.02 * normal;  "route_bias": 0.1 * normal;  "sink": normal
 #   "log_decay": -1 + 0.5 * normal;  "dt_bias": 0.5 * normal (Gated DeltaNet's
 #               A_log and dt_bias: per-token decays mostly 0.4..0.95)
+#   "gate": normal (a residual gate's logits times its temperature)
 INIT: Registry[dict[str, tuple[str, int]]] = Registry(
     "init", "models/kind_*.py (linear, add: models/weights.py)")
 INIT.register("linear")({"weight": ("writer", 0), "bias": ("bias", 0)})
@@ -34,8 +35,8 @@ INIT.register("add")({})
 
 
 def _residual_writers(layer) -> set[str]:
-    """Nodes whose output a residual add reads directly (e.g. o_proj)."""
-    adds = [n for n in layer.nodes if n.op.kind == "add"]
+    """Nodes whose output a residual add (or gate) reads directly (e.g. o_proj)."""
+    adds = [n for n in layer.nodes if n.op.RESIDUAL]
     read = {t for n in adds for t in n.inputs}
     return {n.name for n in layer.nodes if set(n.outputs) & read}
 
@@ -57,7 +58,7 @@ def _draw(rule: str, shape, fan_in: int, depth_scale: float, offset: bool,
         return 0.02 * z
     if rule == "route_bias":
         return 0.1 * z
-    if rule == "sink":
+    if rule in ("sink", "gate"):
         return z
     if rule == "log_decay":
         return -1.0 + 0.5 * z

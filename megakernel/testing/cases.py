@@ -121,6 +121,7 @@ def check_case(model, case: DecodeCase, *, devices: int | None = None, seed: int
                                              tol.route_tie)
     keep = ~tied
     got_tokens, got_logits = runner.step(case.tokens, case.start)
+    got_logits, ref_logits = run.used_logits(model, got_logits, ref_logits)
     scale = 1.0 + float(np.max(np.abs(ref_logits)))
     mismatches, ties = run.near_ties(got_tokens[keep], got_logits[keep], ref_logits[keep])
     err = float(np.max(np.abs(got_logits[keep] - ref_logits[keep]), initial=0.0))

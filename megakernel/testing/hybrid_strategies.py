@@ -10,9 +10,14 @@ from megakernel.ir.config import LinearAttentionConfig, MoEConfig, ModelConfig
 from megakernel.testing.strategies import FEATURES, add_features, restrict
 
 # The table's features a hybrid card draws: norm placement (no input norms only
-# in float32, by the table's rule), soft-caps, sinks, the embedding scale, bf16.
+# in float32, by the table's rule) and its variants, residual gates, soft-caps,
+# sinks, the embedding scale and norm, the attention output's norm (before the
+# hybrids' output gate), NoPE attention layers, the logit scale, padding ids, bf16.
 HYBRID_FEATURES = ("bfloat16", "post_norms", "post_norms_only", "scale_embeddings",
-                   "attn_logit_softcap", "attention_sinks", "final_logit_softcap")
+                   "attn_logit_softcap", "attention_sinks", "final_logit_softcap",
+                   "residual_gates", "post_norm_eps", "free_post_attn_norm",
+                   "post_ffn_input_scaled", "attn_output_norm", "embed_norm", "nope",
+                   "final_logit_scale", "vocab_used")
 
 
 @st.composite

@@ -13,11 +13,13 @@ from megakernel.ir.config import MLAConfig
 # The features of GQA attention that multi-head latent attention layers refuse
 # (and, by their needs, layer_pattern, sliding_rope_theta and qk_norm_all_heads);
 # an MLA card's rotary part is its own (rotary_dim 0), and a rope scaling needs
-# latent.rope.
+# latent.rope. NoPE layer types name GQA mixers only (an MLA block's NoPE is
+# its rope=false); attn_output_gate is GQA attention's (MLA's is output_gate).
 # (quantized_dense: the drawn MLA widths, v_head_dim 48 per core, are not whole
 # code tiles of the formats.)
 MLA_REFUSES = frozenset({"sliding_window", "qk_norm", "attn_logit_softcap", "attention_sinks",
-                         "quantized_dense", "quantized_experts"})
+                         "quantized_dense", "quantized_experts", "attn_output_norm",
+                         "attn_output_gate", "nope"})
 ROPE_SCALINGS = frozenset({"rope_llama3", "rope_yarn", "rope_linear", "rope_yarn_mscale"})
 
 

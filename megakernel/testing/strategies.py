@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 from megakernel.ir.config import MoEConfig, ModelConfig
 from megakernel.testing.mla_strategies import latent_blocks, mla_blocks, refused_by  # noqa: F401
+from megakernel.testing.option_draws import add_nope, add_vocab_used, rotary_mixers
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,12 @@ def _value(name: str, field: str, values, **rules) -> Feature:
     return Feature(name, lambda c: getattr(c, field) not in (None, 0.0),
                    lambda draw, card, cores: dataclasses.replace(
                        card, **{field: draw(st.sampled_from(values))}), **rules)
+
+
+def _set(name: str, field: str, value, **rules) -> Feature:
+    """A card field set to one value other than its default."""
+    return Feature(name, lambda c: getattr(c, field) == value,
+                   lambda draw, card, cores: dataclasses.replace(card, **{field: value}), **rules)
 
 
 def _moe_flag(name: str, field: str) -> Feature:
@@ -197,6 +204,20 @@ for _feature in (
                                "mscale": 1.0, "mscale_all_dim": 0.5},  # DeepSeek-V3
           ("rope_llama3", "rope_yarn", "rope_linear")),
     _flag("tied_embeddings", "tie_embeddings"),
+    # Muse Spark's options, each general (ir/card.py).
+    _value("residual_gates", "residual_gate_temperature", [0.3, 1.0]),
+    _value("post_norm_eps", "post_norm_eps", [1e-8], needs=("post_norms",)),
+    _set("free_post_attn_norm", "post_attn_norm_weight", False, needs=("post_norms",)),
+    _flag("post_ffn_input_scaled", "post_ffn_norm_input_scaled", needs=("post_norms",)),
+    _set("free_qk_norms", "qk_norm_weight", False, needs=("qk_norm",),
+         conflicts=("qk_norm_all_heads",)),
+    _flag("attn_output_norm", "attn_output_norm"),
+    _flag("attn_output_gate", "attn_output_gate"),
+    _flag("embed_norm", "embed_norm"),
+    Feature("nope", lambda c: bool(c.nope_layer_types), add_nope,
+            fits=lambda c, cores: bool(rotary_mixers(c))),
+    _set("final_logit_scale", "final_logit_scale", 2 ** -2.5),
+    Feature("vocab_used", lambda c: c.vocab_used is not None, add_vocab_used),
 ):
     register(_feature)
 

@@ -28,3 +28,14 @@ def test_a_bf16_wire_adds_the_bound_of_the_models_kinds(name, wire_tol):
 
 def test_gated_deltanet_registers_its_measured_bound():
     assert WIRE_TOLERANCE("gated_deltanet") == 6e-2 > WIRE_TOL
+
+
+def test_residual_gates_register_their_measured_bound():
+    """Muse Spark's unit-scale gated branches take the wire's rounding about
+    whole (models/kind_residual_gate.py): the Muse-like card gets 4e-2."""
+    from megakernel.ir.config import build
+    from tests.muse_like import muse_like
+
+    assert WIRE_TOLERANCE("residual_gate") == 4e-2 > WIRE_TOL
+    t = Tolerances.of(build(muse_like(dtype="bfloat16")), _plan("bfloat16"))
+    assert t.state == CACHE_TOL["bfloat16"] + 4e-2

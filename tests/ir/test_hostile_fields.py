@@ -37,6 +37,7 @@ VALID_OPS = {
     "mla": dict(num_heads=2, kv_lora_rank=32, nope_dim=16, rope_dim=8, v_head_dim=16,
                 scaling={"rope_type": "yarn", "factor": 4.0}, output_gate=True),
     "gated_deltanet": dict(num_key_heads=2, num_value_heads=4, key_dim=16, value_dim=16),
+    "residual_gate": dict(dim=64, temperature=0.3),
 }
 
 

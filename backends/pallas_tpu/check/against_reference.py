@@ -120,6 +120,24 @@ class Tolerances:
                    ROUTE_TIE[dt] + WIRE_ROUTE_TIE_PER_CORE * plan.shard.cores)
 
 
+def used_logits(model, got, ref):
+    """(kernel, reference) logits [..., V] cut to the ids a check compares:
+    all, or those below the model's ``vocab_used``. The padding ids' logits
+    are -inf on both sides (a kernel that writes any other value there is
+    refused here, naming the first), so no tolerance is spent on them."""
+    if model.vocab_used is None or got is None:
+        return got, ref
+    got, ref, used = np.asarray(got), np.asarray(ref), model.vocab_used
+    pad = got[..., used:]
+    wrong = np.argwhere(~np.isneginf(pad))
+    if wrong.size:
+        first = tuple(wrong[0])
+        raise CheckError(f"the kernel's logit of padding id {used + int(first[-1])} is "
+                         f"{pad[first]}, expected -inf", path="check.logits",
+                         hint="ids from vocab_used on are never chosen")
+    return got[..., :used], ref[..., :used]
+
+
 def reference_step(model, weights, tokens, start_pos, caches, route_tie: float | None = None):
     """One reference step -> (logits [B, T, V] numpy, caches, route ties [B]
     bool: the sequences whose routing in this step is a near-tie, a margin

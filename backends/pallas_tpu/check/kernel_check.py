@@ -11,7 +11,7 @@ import numpy as np
 
 from megakernel.backends.pallas_tpu.check.against_reference import (
     CheckResult, KernelRunner, Tolerances, interpret_params, make_mesh, near_ties, races_found,
-    reference_step)
+    reference_step, used_logits)
 from megakernel.backends.pallas_tpu.check.multistep import check_steps
 from megakernel.models import reference
 
@@ -90,6 +90,7 @@ def check(model, plan, weights, *, steps: int = 2, seed: int = 0, module=None, o
             return CheckResult(float("inf"), 0.0, float("inf"), steps,
                                time.perf_counter() - t0, True, 0.0)
         ref_tok = ref_logits.argmax(-1)
+        got, ref_logits = used_logits(model, got, ref_logits)
         off, tied_tokens = near_ties(nxt[keep], got[keep], ref_logits[keep])
         mismatches, ties, compared = mismatches + off, ties + tied_tokens, compared + keep.sum() * t
         scale = max(scale, float(np.max(np.abs(ref_logits))))

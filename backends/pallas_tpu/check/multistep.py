@@ -89,8 +89,8 @@ def check_steps(model, plan, weights, module, interpret, *, seed: int = 0, promp
                 end_at: int | None = None, limit=None):
     """One N-step call against N reference steps -> CheckResult. ``end_at``:
     the end id is the reference's token of row 0 at that step (it stops there)."""
-    from megakernel.backends.pallas_tpu.check.against_reference import (CheckResult, KernelRunner, Tolerances,
-                                                    make_mesh, races_found)
+    from megakernel.backends.pallas_tpu.check.against_reference import (
+        CheckResult, KernelRunner, Tolerances, make_mesh, races_found, used_logits)
 
     b, n = plan.request.batch, plan.request.steps
     t0 = time.perf_counter()
@@ -120,6 +120,7 @@ def check_steps(model, plan, weights, module, interpret, *, seed: int = 0, promp
                                  initial=0.0)) for k, v in ref_caches.items())
     cache_scale = max(float(np.max(np.abs(np.asarray(v, np.float32))))
                       for v in ref_caches.values())
+    logits, ref_logits = used_logits(model, logits, ref_logits)
     err, scale = 0.0, float(np.max(np.abs(ref_logits)))
     if logits is not None and (running & keep).any():
         err = float(np.max(np.abs(logits[running & keep] - ref_logits[running & keep])))

@@ -8,4 +8,4 @@ and the residual add's in emit.py, each other kind's in its
 
 from megakernel.backends.pallas_tpu.codegen import (  # noqa: F401
     emit, kind_attention, kind_elementwise, kind_gdn, kind_mla, kind_mlp, kind_moe,
-    kind_norm_parts, kind_rmsnorm)
+    kind_norm_parts, kind_residual_gate, kind_rmsnorm)

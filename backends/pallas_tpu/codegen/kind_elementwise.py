@@ -33,4 +33,6 @@ def _softcap(c, n) -> list[str]:
 
 @EMITTERS.register("channel_scale")
 def _channel_scale(c, n) -> list[str]:
-    return [f"{v(n.outputs[0])} = {v(n.inputs[0])} * {c.vec(n.name + '.weight')}"]
+    w = c.vec(n.name + ".weight")
+    return [f"{v(n.outputs[0])} = {v(n.inputs[0])} * ({w} + 1.0)" if n.op.offset
+            else f"{v(n.outputs[0])} = {v(n.inputs[0])} * {w}"]

@@ -136,10 +136,14 @@ def epilogue_lines(model, plan) -> list[str]:
              f"{ref(plan, 'final_norm')}[...].astype(jnp.float32), "
              f"dim={literal(norm.dim)}, eps={literal(norm.eps)}, offset={literal(norm.offset)})",
              "# node: lm_head"]
+    # Ids from vocab_used on are padding: not valid, and their logits -inf.
+    used = "VOCAB_SIZE" if model.vocab_used is None else literal(model.vocab_used)
+    if model.vocab_used is not None:
+        post += ", pad_ids=True"
     if n == 1 and plan.shard.vocab_stride >= model.vocab_size:     # one core: every column
-        lines.append("valid, first_column = VOCAB_SIZE, 0")
+        lines.append(f"valid, first_column = {used}, 0")
     else:       # this core's columns of the vocabulary: the valid ones, the first's id
-        lines += ["valid = jnp.clip(VOCAB_SIZE - me * VOCAB_STRIDE, 0, VOCAB_STRIDE)",
+        lines += [f"valid = jnp.clip({used} - me * VOCAB_STRIDE, 0, VOCAB_STRIDE)",
                   "first_column = me * VOCAB_STRIDE"]
     quantized = plan.shard.global_param("lm_head.weight").format != "plain"
     to = f", dequant_to={literal(model.dtype.value)}" if quantized else ""

@@ -90,14 +90,18 @@ def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
 
 
 def rmsnorm(x, scale, dim, eps, offset):
-    """Groups of ``dim`` features normalised by their rms, times (offset+)scale."""
+    """Groups of ``dim`` features normalised by their rms, times (offset+)scale
+    (``scale`` None: parameter-free)."""
     scale = scale + 1.0 if offset else scale
     outs = []
     for g in range(x.shape[-1] // dim):
         h = x[:, g * dim:(g + 1) * dim]
         h = h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + eps)
-        outs.append(h * scale[:, :dim] if scale.shape[-1] == dim
-                    else h * scale[:, g * dim:(g + 1) * dim])
+        if scale is None:
+            outs.append(h)
+        else:
+            outs.append(h * scale[:, :dim] if scale.shape[-1] == dim
+                        else h * scale[:, g * dim:(g + 1) * dim])
     return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-1)
 
 
@@ -150,6 +154,11 @@ def softcap(x, cap):
     return activations.softcap(x, cap)
 
 
+def residual_gate(s, b, gate, temperature, floor):
+    """alpha * s + beta * b from the f32 gate row [1, dim] (the reference's formula)."""
+    return activations.residual_gate(s, b, gate, temperature, floor)
+
+
 def block_argmax(logits, valid):
     """(max [rows,1], first index [rows,1]) over columns < valid (dynamic)."""
     col = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
@@ -189,10 +198,13 @@ def gather_embedding(tokens, embed, blocks, sem, me, stride, rows, rows_padded, 
     return x
 
 
-def lm_head(stream, s, xn, logits_ref, valid, base, post=None, dequant_to=None):
+def lm_head(stream, s, xn, logits_ref, valid, base, post=None, dequant_to=None,
+            pad_ids=False):
     """Logits blocks from the head tiles; running (max, first global index)
     over the valid vocabulary columns of this core. Each block is reduced as
     soon as its last tile is consumed, so at most a few blocks are live.
+    ``pad_ids``: the columns from ``valid`` on are padding ids (the model's
+    vocab_used), whose logits are written as -inf, as the reference's.
 
     A block is (first column, width) of this core's logits: a [hidden, vocab]
     tile's column pieces. The leading run of evenly
@@ -218,6 +230,9 @@ def lm_head(stream, s, xn, logits_ref, valid, base, post=None, dequant_to=None):
         c0, cols = key
         if post is not None:       # the model's logit ops (e.g. soft-capping), per block
             blk = post(blk)
+        if pad_ids:
+            col = jax.lax.broadcasted_iota(jnp.int32, blk.shape, 1)
+            blk = jnp.where(col < valid - c0, blk, NEG_INF)
         if logits_ref is not None:
             logits_ref[:, pl.ds(c0, cols)] = blk
         m, idx = block_argmax(blk, valid - c0)
