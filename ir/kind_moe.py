@@ -270,7 +270,8 @@ def _moe_sizes(c: ModelConfig) -> int:
     shared = 3 * h * m.num_shared_experts * m.shared_intermediate + h * m.shared_expert_gate
     latent = (2 * h * w + w * m.latent_input_norm) if m.latent_size else 0
     norms = w * (m.expert_output_norm != "none")
-    return (routed + shared + latent + norms) * item + router + 4 * m.num_experts * m.correction_bias
+    bias = 4 * m.num_experts * m.correction_bias
+    return (routed + shared + latent + norms) * item + router + bias
 
 
 FFNS.register("moe")(FFN(_moe_block, _moe_sizes))

@@ -68,7 +68,8 @@ def _numpy_muse(hn, w, card):
     moe, out = card.moe, []
     for x in hn:
         ids, wts = _route(x, w, moe, moe.router_logit_scale, moe.renormalize_eps)
-        xl = _rms(x @ w["pre_expert_proj.weight"], card.norm_eps) * (1 + w["pre_expert_norm.weight"])
+        xl = x @ w["pre_expert_proj.weight"]
+        xl = _rms(xl, card.norm_eps) * (1 + w["pre_expert_norm.weight"])
         m = 0
         for e, wt in zip(ids, wts):
             y = _expert(xl, w, e) * (1 + w["moe.expert_output_norm"])    # round: f32 no-op
