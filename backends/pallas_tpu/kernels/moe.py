@@ -114,11 +114,12 @@ def _qmatmul(g: MoEGeometry, x, words, scales):
 
 def _expert_row(table, e, chunk, g: MoEGeometry):
     """[1, chunk] f32: local expert e's row of a [1, experts_local, width] bias
-    table, columns of slice ``chunk`` (masked sums: no dynamic slicing)."""
+    table, columns of slice ``chunk`` (the whole row when None; masked sums:
+    no dynamic slicing)."""
     t = table[0]
     rows = jax.lax.broadcasted_iota(jnp.int32, t.shape, 0)
     row = jnp.sum(jnp.where(rows == e, t, 0.0), axis=0, keepdims=True)
-    if g.chunks == 1:
+    if g.chunks == 1 or chunk is None:
         return row
     C = g.chunk
     return sum(jnp.where(chunk == c, row[:, c * C:(c + 1) * C], 0.0) for c in range(g.chunks))
@@ -249,19 +250,20 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
              if g.fmt else _matmul(act, down_b[slot]))
         if not g.expert_output_norm:
             return acc + wgt * y, whole
+        # The norm reads the expert's whole output, its down bias included:
+        # its slices are summed in ``whole`` and normed after the last (an
+        # expert's slices are consecutive items), then ``whole`` starts again.
+        summed = whole + y if nc > 1 else y
+        done = summed + _expert_row(biases[2], e_local, None, g) if g.expert_bias else summed
         if nc == 1:
-            return acc + wgt * _output_norm(g, y, out_norm), whole
-        # The norm reads the expert's whole output: its slices are summed in
-        # ``whole`` and normed after the last (an expert's slices are
-        # consecutive items), then ``whole`` starts again from 0.
-        whole = whole + y
+            return acc + wgt * _output_norm(g, done, out_norm), whole
         last = q % nc == nc - 1
-        acc = jnp.where(last, acc + wgt * _output_norm(g, whole, out_norm), acc)
-        return acc, jnp.where(last, 0.0, whole)
+        acc = jnp.where(last, acc + wgt * _output_norm(g, done, out_norm), acc)
+        return acc, jnp.where(last, 0.0, summed)
 
     zeros = jnp.zeros((g.rows_padded, g.hidden), jnp.float32)
     acc, _ = jax.lax.fori_loop(0, n_items, item, (zeros, zeros))
-    if g.expert_bias:
+    if g.expert_bias and not g.expert_output_norm:     # normed experts added theirs
         down = _down_biases(g, combine, biases[2], expert_offset)
         acc = acc + jnp.where(bias_here, down, 0.0)
     rows = jax.lax.broadcasted_iota(jnp.int32, acc.shape, 0)
