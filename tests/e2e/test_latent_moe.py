@@ -26,8 +26,13 @@ CASES = [  # (id, card, devices, batch, tokens, overrides); measured: logits, ca
 SLOW = [
     # an expert in 2 slices: the per-expert norm of their sum
     ("muse-f32-1dev-sliced", MUSE, 1, 2, 1, {"slot_chunks": 2}),       # 0.054, 0.079
-    ("kimi-bf16-2dev-ep", in_dtype(KIMI, "bfloat16"), 2, 2, 1, {"moe_parallel": "ep"}),  # 0.120, 0.190
+    ("kimi-bf16-2dev-ep", in_dtype(KIMI, "bfloat16"), 2, 2, 1,
+     {"moe_parallel": "ep"}),                                # 0.120, 0.190
     ("muse-f32-4dev", dataclasses.replace(MUSE, num_kv_heads=4), 4, 2, 1, {}),  # 0.062, 0.113
+    # gpt-oss's expert biases under a per-expert norm: each expert's down bias
+    # is part of the output its norm reads (a drawn card found it added after)
+    ("muse-bias-f32-2dev-sliced", dataclasses.replace(MUSE, moe=dataclasses.replace(
+        MUSE.moe, expert_bias=True)), 2, 2, 1, {"slot_chunks": 2}),  # 0.048, 0.118
 ]
 
 
@@ -51,3 +56,25 @@ def test_latent_moe_matches_reference(card, devices, batch, tokens, overrides):
                          ids=[c[0] for c in SLOW])
 def test_latent_moe_matches_reference_slow(card, devices, batch, tokens, overrides):
     _check(card, devices, batch, tokens, overrides)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 2])
+def test_drawn_latent_moe_cards_match_the_reference(devices):
+    """Drawn cards with every latent MoE feature on (testing/moe_strategies.py),
+    the others on a coin: a few draws, each a whole interpret-mode run."""
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from megakernel.testing import model_configs
+    from tests.e2e.drawn import past_the_simplest
+
+    @settings(max_examples=3, deadline=None, database=None, phases=(Phase.generate,),
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(past_the_simplest(model_configs(cores=devices, max_layers=3, require=(
+        "moe_latent", "moe_expert_norm", "moe_muse_router"))))
+    def prop(card):
+        model = build(card)
+        assert_plan_matches_reference(model, plan_model(model, devices=devices, batch=2,
+                                                        tokens=1))
+
+    prop()
