@@ -132,9 +132,7 @@ class MoE(Op):
                             f"experts of topk_group={self.topk_group} groups of {per}")
         elif self.topk_group != 1:
             raise _fail("topk_group", f"topk_group={self.topk_group} needs n_group > 1")
-        if self.num_shared_experts and not self.shared_intermediate:
-            raise _fail("shared_intermediate", f"shared_intermediate=0 with "
-                        f"num_shared_experts={self.num_shared_experts}: expected >= 1")
+        _check_shared(self.num_shared_experts, self.shared_intermediate)
         if self.swiglu_limit is not None and self.activation != Activation.SILU:
             raise _fail("swiglu_limit", f"swiglu_limit={self.swiglu_limit} needs activation="
                         f"'silu', found {self.activation.value!r}")
@@ -199,6 +197,12 @@ class MoE(Op):
         return ((self.hidden,),)
 
 
+def _check_shared(count: int, width: int) -> None:
+    if count and not width:
+        raise _fail("shared_intermediate", f"shared_intermediate=0 with "
+                    f"num_shared_experts={count}: expected >= 1")
+
+
 OP_KINDS.register(MoE.kind)(MoE)
 
 
@@ -206,6 +210,8 @@ def _moe_op(c: ModelConfig, width: int, router_dim: int, shared: bool) -> MoE:
     """The card's MoE op at ``width`` features (its router on ``router_dim``,
     0: the same input), with its shared experts inside when ``shared``."""
     m = c.moe
+    # the shared experts' width is the op's to check, wherever they are built
+    _check_shared(m.num_shared_experts, m.shared_intermediate)
     normed = m.expert_output_norm == "per_expert"
     norm_fields = dict(expert_output_norm=True, expert_output_norm_eps=_norm_eps(c),
                        expert_output_norm_input_scaled=m.expert_output_norm_input_scaled,
