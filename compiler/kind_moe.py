@@ -3,6 +3,11 @@
 Sharding: experts over ``ep`` groups of cores and each expert's intermediate
 width over the ``cores // ep`` cores of a group (the plan's ``moe_parallel``
 choice); the router is replicated, shared experts split like a dense MLP.
+A per-expert output norm reads each expert's whole output, so such an op
+takes only ep = cores (compiler/shard.py ``moe_degrees``): reducing each
+picked expert's partial output over the cores before its norm would cost an
+all-reduce of [rows, top_k x hidden] inside the op, which no collective site
+of the plan can be (sites lie between nodes).
 Buffers: the kernel library's expert slots (compiler/geometry/moe.py). Cost:
 the chosen experts' tiles fetched into the slots and their matmuls.
 """
@@ -16,18 +21,28 @@ from megakernel.compiler.plan_buffers import BUFFERS, OpCtx, OpLayout
 from megakernel.compiler.plan_operands import CONSTANTS
 from megakernel.compiler.shard_pass import SHARDING, LayerSharding, ShardRule, lane_split, on_axis
 from megakernel.compiler.shard_records import Split
+from megakernel.errors import ShardingError
 from megakernel.ir.graph import OpNode
 
 
 def _moe(ls: LayerSharding, node: OpNode):
     op, ep = node.op, ls.ep
-    ls.full(node, node.inputs[0])
+    for t in node.inputs:              # the experts' input, and the router's when apart
+        ls.full(node, t)
     tp = ls.cores // ep
+    if op.whole_experts and tp > 1:
+        raise ShardingError(
+            f"expert_output_norm normalises each expert's whole output, but ep={ep} on "
+            f"{ls.cores} cores splits every expert's intermediate over {tp} cores",
+            path="moe_parallel", hint=f"plan with moe_parallel='ep' (ep={ls.cores}: each "
+            f"expert whole on one core; num_experts={op.num_experts} must be a multiple of "
+            "the core count)")
     per = Split(0, ep, tp, op.num_experts // ep, op.num_experts // ep)
     width = lane_split(op.expert_intermediate, tp)
     role = f"experts over {ep} groups, intermediate over {tp} cores"
     h, e, i = op.hidden, op.num_experts, op.expert_intermediate
-    ls.param(node, "router", (h, e), (), "ring", "replicated")
+    ls.param(node, "router", (op.router_width, e), (), "ring", "replicated",
+             "float32" if op.router_f32 else None)
     if op.correction_bias:
         ls.param(node, "router_bias", (e,), (), "vector", "replicated", "float32")
     if op.router_logit_bias:
@@ -54,6 +69,8 @@ def _moe(ls: LayerSharding, node: OpNode):
                  "rows of shared")
         if op.shared_expert_gate:   # scales a partial sum per token: still a partial sum
             ls.param(node, "shared_expert_gate", (h,), (), "vector", "replicated")
+    if op.expert_output_norm:
+        ls.param(node, "expert_output_norm", (h,), (), "vector", "replicated")
     ls.experts.append((node.name, ep, tp, op.num_experts // ep, width.padded))
     return ls.partial
 
@@ -76,7 +93,12 @@ def _moe_buffers(cx: OpCtx, node) -> OpLayout:
         router_logit_bias=op.router_logit_bias, expert_bias=op.expert_bias,
         swiglu_limit=op.swiglu_limit, swiglu_alpha=op.swiglu_alpha,
         n_group=op.n_group, topk_group=op.topk_group,
-        fmt="" if es.format == "plain" else es.format)
+        fmt="" if es.format == "plain" else es.format,
+        router_logit_scale=op.router_logit_scale, renormalize_eps=op.renormalize_eps,
+        expert_output_norm=op.expert_output_norm,
+        expert_output_norm_eps=op.expert_output_norm_eps,
+        expert_output_norm_input_scaled=op.expert_output_norm_input_scaled,
+        expert_output_norm_offset=op.expert_output_norm_offset)
     return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS, moe.value_bytes(g, cx.ss, node))
 
 

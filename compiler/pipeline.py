@@ -24,7 +24,7 @@ from megakernel.compiler.cost import estimate
 from megakernel.compiler.plan import Plan
 from megakernel.compiler.request import make_request
 from megakernel.compiler.schedule_collectives import collective_specs, schedule_collectives
-from megakernel.compiler.shard import expert_counts, moe_degrees, shard_model
+from megakernel.compiler.shard import expert_counts, moe_degrees, shard_model, whole_experts
 from megakernel.compiler.shard_formats import check_target
 from megakernel.compiler.target import Target, make_target
 from megakernel.errors import PlanningError
@@ -140,6 +140,9 @@ def _with_choices(best: Plan, candidates: list[Plan], model: Model,
         listing += "".join(f", ep={ep}: does not fit HBM ({err.message.split(' of HBM')[0]})"
                            for ep, err in refused)
         choices.append(("moe_parallel", f"ep={best.shard.ep} (modeled {listing})"))
+    elif best.shard.cores > 1 and whole_experts(model):
+        choices.append(("moe_parallel", f"ep={best.shard.ep} (expert_output_norm reads each "
+                        "expert's whole output: every expert whole on one core)"))
     g = best.memory.geometry
     slots = f"{g.expert_slots} expert slots, " if best.memory.experts else ""
     choices.append(("geometry", f"{g.num_banks} ring banks for tiles of up to "

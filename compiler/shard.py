@@ -34,7 +34,8 @@ from megakernel.ir.graph import Model, body_global_name, body_local_name, body_r
 from megakernel.ir.weight_kinds import layer_formats
 
 __all__ = ["Split", "ParamShard", "StateShard", "StackShard", "ShardPlan", "Reduction", "shard_model",
-           "moe_degrees", "legal_core_counts", "shard_weights", "gather_weights"]
+           "moe_degrees", "whole_experts", "legal_core_counts", "shard_weights",
+           "gather_weights"]
 
 
 @dataclass(frozen=True)
@@ -142,20 +143,38 @@ def expert_counts(model: Model) -> list[int]:
                    if getattr(n.op, "num_experts", None)})
 
 
+def whole_experts(model: Model) -> bool:
+    """Whether a routed op needs each expert whole on one core (its
+    ``whole_experts``: a per-expert output norm reads all of its output)."""
+    return any(getattr(n.op, "whole_experts", False) for st in model.stacks
+               for n in st.layer.nodes)
+
+
 def moe_degrees(model: Model, cores: int) -> list[int]:
     """Expert-parallel degrees d that are legal for every MoE layer: d divides
-    ``cores`` and the expert count. [1] for a dense model."""
+    ``cores`` and the expert count, and is ``cores`` itself where an expert
+    must stay whole (no intermediate split). [1] for a dense model."""
     experts = expert_counts(model)
+    whole = whole_experts(model)
     return [d for d in range(1, cores + 1)
-            if cores % d == 0 and all(e % d == 0 for e in experts)]
+            if cores % d == 0 and all(e % d == 0 for e in experts) and not (whole and d < cores)]
 
 
 def _resolve_ep(model: Model, cores: int, moe_parallel) -> int:
-    legal = moe_degrees(model, cores)
-    if moe_parallel is None or moe_parallel == "tp" or not expert_counts(model):
+    if not expert_counts(model):
         return 1
-    wanted = cores if moe_parallel == "ep" else moe_parallel
+    legal = moe_degrees(model, cores)
+    if moe_parallel is None and legal:
+        return legal[0]           # 1 (pure tensor parallel) unless experts stay whole
+    wanted = {None: cores, "tp": 1, "ep": cores}.get(moe_parallel, moe_parallel)
     if wanted not in legal:
+        if whole_experts(model):
+            raise ShardingError(
+                f"expert_output_norm normalises each expert's whole output, so each expert "
+                f"sits whole on one core: ep must be cores={cores}, which must divide "
+                f"num_experts={expert_counts(model)} (moe_parallel={moe_parallel!r})",
+                path="shard.moe_parallel",
+                hint=f"use moe_parallel='ep' with devices dividing {expert_counts(model)}")
         raise ShardingError(f"expert-parallel degree {wanted} does not divide both "
                             f"cores={cores} and num_experts={expert_counts(model)}",
                             path="shard.moe_parallel",
@@ -168,8 +187,9 @@ def legal_core_counts(model: Model) -> list[int]:
     with the sharding rules themselves, so the answer cannot drift from them)."""
     def fits(cores: int) -> bool:
         try:
+            ep = _resolve_ep(model, cores, None)
             for st in model.stacks:
-                params = layer_rules(st.layer, model.dtype, cores, 1)[0]
+                params = layer_rules(st.layer, model.dtype, cores, ep)[0]
                 # quantized weights: a core's rows must hold whole scale groups
                 format_params(params, layer_formats(model.quantize, st.layer), "shard")
         except (ShardingError, PlanningError, IRError):

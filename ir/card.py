@@ -85,6 +85,62 @@ class MoEConfig:
     # DeepSeek's group-limited routing (MoE op): 1 / 1 is plain top-k.
     n_group: Int(1, limits.MAX_EXPERTS) = 1
     topk_group: Int(1, limits.MAX_EXPERTS) = 1
+    # The latent MoE (Muse Spark, Kimi K3; ir/kind_moe.py): experts at
+    # latent_size features between pre_expert_proj and post_expert_proj, the
+    # router on the full-width input; 0: no latent projections.
+    latent_size: Int(0, limits.MAX_WIDTH) = 0
+    # Muse Spark: the card's block norm (norm_eps, norm_offset) on the latent input.
+    latent_input_norm: Bool = False
+    # "per_expert": each expert's output normalised before weighting (Muse
+    # Spark's post_expert_norm); "weighted_sum": the weighted sum of the routed
+    # experts, before post_expert_proj and the shared experts (Kimi K3).
+    expert_output_norm: Word = "none"
+    expert_output_norm_eps: AnyFloat | None = None      # None: norm_eps
+    # Muse Spark: x * (1 + w) rounded to dtype, then a parameter-free RMS;
+    # False: rms(x) * w, (1 + w) with norm_offset, as the block norms.
+    expert_output_norm_input_scaled: Bool = False
+    # Muse Spark's router: f32 logits x @ W_r of an f32 weight, times a scale,
+    # and the top-k weights divided by (their sum + renormalize_eps).
+    router_logit_scale: AnyFloat = 1.0
+    renormalize_eps: AnyFloat = 0.0
+    router_f32: Bool = False
+
+    def __post_init__(self):
+        norms = ("none", "per_expert", "weighted_sum")
+        if self.expert_output_norm not in norms:
+            raise IRError(f"expert_output_norm={shown(self.expert_output_norm)}, expected one "
+                          f"of {list(norms)}", path="expert_output_norm",
+                          hint="per_expert normalises each expert's output (Muse Spark), "
+                          "weighted_sum their weighted sum (Kimi K3)")
+        unnormed = self.expert_output_norm == "none"
+        for name, given in (("expert_output_norm_eps", self.expert_output_norm_eps is not None),
+                            ("expert_output_norm_input_scaled",
+                             self.expert_output_norm_input_scaled)):
+            if unnormed and given:
+                raise IRError(f"{name}={shown(getattr(self, name))} with expert_output_norm="
+                              "'none': there is no expert output norm", path=name,
+                              hint=f"set expert_output_norm, or remove {name}")
+        if self.expert_output_norm_input_scaled and self.expert_output_norm == "weighted_sum":
+            raise IRError("expert_output_norm_input_scaled=true with expert_output_norm="
+                          "'weighted_sum': the input-scaled form is built for per_expert only",
+                          path="expert_output_norm_input_scaled",
+                          hint="use expert_output_norm='per_expert', or the plain norm "
+                          "(expert_output_norm_input_scaled=false)")
+        if self.latent_input_norm and not self.latent_size:
+            raise IRError("latent_input_norm=true with latent_size=0: there is no latent "
+                          "input to normalise", path="latent_input_norm",
+                          hint="set latent_size, or remove latent_input_norm")
+        if self.shared_expert_gate and (self.latent_size or not unnormed):
+            raise IRError("shared_expert_gate=true with a latent MoE or an expert output "
+                          f"norm (latent_size={self.latent_size}, expert_output_norm="
+                          f"{shown(self.expert_output_norm)}): their shared experts are an "
+                          "ungated MLP beside the routed ones", path="shared_expert_gate",
+                          hint="remove shared_expert_gate, or latent_size and "
+                          "expert_output_norm")
+        if self.renormalize_eps and not self.renormalize:
+            raise IRError(f"renormalize_eps={self.renormalize_eps} with renormalize=false: "
+                          "the top-k weights are not renormalised", path="renormalize_eps",
+                          hint="set renormalize=true, or remove renormalize_eps")
 
 
 @node

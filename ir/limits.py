@@ -29,6 +29,7 @@ NORM_EPS = (1e-12, 0.1)            # smaller underflows to 0 in f32 sums; HF use
 ROPE_THETA = (1.0, 1e12)           # exclusive low: theta 1 makes every frequency 1
 SOFTMAX_SCALE = (0.0, 1e3)         # 0 means 1/sqrt(head_dim)
 ROUTED_SCALING = (0.0, 1e3)        # exclusive low: 0 switches the routed experts off
+RENORMALIZE_EPS = (0.0, 1e-3)      # added to the top-k weights' sum (Muse Spark 1e-15)
 MAX_SCALE = 1e6                    # |factor| of a scale op, the cap of a softcap
 ROPE_FACTOR = (0.0, 1e4)           # exclusive low
 ROPE_FREQ_FACTOR = (0.0, 1e4)      # low/high_freq_factor of llama3 scaling, exclusive low

@@ -31,9 +31,12 @@ def expert_ffn(op, x, gate, up, down, bg=None, bu=None, bd=None):
 
 
 def route(op, p, x, margins: list | None = None) -> tuple[Array, Array]:
-    """Router: (expert ids [n, k], combine weights [n, k]) for every row.
-    ``margins`` collects each row's routing margin (``selection_margin``)."""
+    """Router of the router's input x: (expert ids [n, k], combine weights
+    [n, k]) for every row. ``margins`` collects each row's routing margin
+    (``selection_margin``). An f32 router (``router_f32``) reads x unrounded."""
     logits = matmul(x, p["router"])
+    if op.router_logit_scale != 1.0:         # Muse Spark: logits * 2^-2.5, in f32
+        logits = logits * op.router_logit_scale
     if op.router_logit_bias:
         logits = logits + p["router_logit_bias"].astype(jnp.float32)
     scores = jax.nn.softmax(logits, -1) if op.scoring == Scoring.SOFTMAX else jax.nn.sigmoid(logits)
@@ -54,7 +57,7 @@ def route(op, p, x, margins: list | None = None) -> tuple[Array, Array]:
     _, ids = jax.lax.top_k(select, op.top_k)
     weights = jnp.take_along_axis(scores, ids, axis=-1)
     if op.renormalize:
-        weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
+        weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + op.renormalize_eps)
     return ids, weights * op.routed_scaling
 
 
@@ -67,16 +70,30 @@ def selection_margin(select: Array, k: int) -> Array:
     return jnp.where(jnp.isfinite(best[:, k]), best[:, k - 1] - best[:, k], jnp.inf)
 
 
-def moe(op, p, x, margins: list | None = None):
+def expert_output_norm(op, w, y):
+    """Each expert's output y [..., hidden] normalised (``expert_output_norm``):
+    rms(y) * s, or input-scaled rms(round(y * s)) with the product rounded to
+    the dtype of the weight w (the model's); s = 1 + w with the offset, else w."""
+    s = w.astype(jnp.float32) + (1.0 if op.expert_output_norm_offset else 0.0)
+    if op.expert_output_norm_input_scaled:
+        y = (y * s).astype(w.dtype).astype(jnp.float32)
+    y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + op.expert_output_norm_eps)
+    return y if op.expert_output_norm_input_scaled else y * s
+
+
+def moe(op, p, x, margins: list | None = None, router_x=None):
     """Every expert on every row, combined with the router's weights (zero for
-    unselected experts): slow, and obviously equal to the routed sum."""
-    ids, weights = route(op, p, x, margins)
+    unselected experts): slow, and obviously equal to the routed sum. The
+    router reads ``router_x`` (the op's second input), else x."""
+    ids, weights = route(op, p, x if router_x is None else router_x, margins)
     combine = jnp.zeros((x.shape[0], op.num_experts), jnp.float32)
     combine = combine.at[jnp.arange(x.shape[0])[:, None], ids].add(weights)
     weights = [p["experts_gate"], p["experts_up"], p["experts_down"]]
     if op.expert_bias:
         weights += [p["experts_gate_bias"], p["experts_up_bias"], p["experts_down_bias"]]
     per_expert = jax.vmap(lambda *w: expert_ffn(op, x, *w))(*weights)      # [E, n, H]
+    if op.expert_output_norm:
+        per_expert = expert_output_norm(op, p["expert_output_norm"], per_expert)
     out = jnp.einsum("ne,enh->nh", combine, per_expert, precision=jax.lax.Precision.HIGHEST)
     return with_shared(op, p, x, out)
 
@@ -91,7 +108,8 @@ def with_shared(op, p, x, routed):
     return routed + shared
 
 
-REFERENCE.register("moe")(lambda n, p, xs, ctx: moe(n.op, p, xs[0], ctx.margins))
+REFERENCE.register("moe")(lambda n, p, xs, ctx: moe(
+    n.op, p, xs[0], ctx.margins, xs[1] if n.op.router_dim else None))
 INIT.register("moe")({
     "router": ("matrix", 0), "router_bias": ("route_bias", 0),
     "experts_gate": ("matrix", 1), "experts_up": ("matrix", 1),
@@ -99,4 +117,5 @@ INIT.register("moe")({
     "shared_up": ("matrix", 0), "shared_down": ("residual", 0),
     "shared_expert_gate": ("matrix", 0),
     "router_logit_bias": ("route_bias", 0), "experts_gate_bias": ("bias", 0),
-    "experts_up_bias": ("bias", 0), "experts_down_bias": ("bias", 0)})
+    "experts_up_bias": ("bias", 0), "experts_down_bias": ("bias", 0),
+    "expert_output_norm": ("scale", 0)})

@@ -52,13 +52,19 @@ _SHORT = {"in_features": "in", "out_features": "out", "num_heads": "heads",
           "expert_intermediate": "expert_width", "correction_bias": "corr_bias",
           "renormalize": "renorm", "routed_scaling": "scale", "intermediate": "width",
           "num_shared_experts": "shared", "shared_intermediate": "shared_width",
-          "softmax_scale": "scale", "activation": "act"}
+          "softmax_scale": "scale", "activation": "act", "router_logit_scale": "logit_scale",
+          "renormalize_eps": "renorm_eps", "expert_output_norm": "out_norm",
+          "expert_output_norm_eps": "out_norm_eps",
+          "expert_output_norm_input_scaled": "out_norm_input_scaled",
+          "expert_output_norm_offset": "out_norm_offset"}
 
 
 # Fields that only mean something beside another (swiglu_alpha with
 # swiglu_limit), or whose default means "off" (plain top-k routing): left out
 # at their default.
-_QUIET_DEFAULTS = {"swiglu_alpha": 1.0, "n_group": 1, "topk_group": 1}
+_QUIET_DEFAULTS = {"swiglu_alpha": 1.0, "n_group": 1, "topk_group": 1, "router_logit_scale": 1.0}
+# Fields shown only beside the flag they belong to (a MoE's expert norm eps).
+_BESIDE = {"expert_output_norm_eps": "expert_output_norm"}
 
 
 def _op_text(op: Op) -> str:
@@ -67,6 +73,8 @@ def _op_text(op: Op) -> str:
     parts = [op.kind]
     for k, v in op.to_dict().items():
         if k == "kind" or v in (None, False, 0) or _QUIET_DEFAULTS.get(k, object()) == v:
+            continue
+        if k in _BESIDE and not getattr(op, _BESIDE[k]):
             continue
         if isinstance(v, dict):
             v = v["rope_type"]

@@ -13,6 +13,10 @@ from megakernel.compiler.plan_json import GEOMETRIES, OMIT_DEFAULT
 from megakernel.errors import PlanningError
 
 
+def _omitted(default):
+    return dataclasses.field(default=default, metadata={OMIT_DEFAULT: True})
+
+
 @GEOMETRIES.register("moe")
 @dataclass(frozen=True)
 class MoEGeometry:
@@ -40,6 +44,14 @@ class MoEGeometry:
     # Quantized experts (megakernel/formats.py): the slots hold codes as 32-bit
     # words and their f32 scales beside them; ``dtype`` is what they dequantise to.
     fmt: str = dataclasses.field(default="", metadata={OMIT_DEFAULT: True})
+    # Muse Spark's router and per-expert output norm (ir/kind_moe.py MoE); left
+    # out of plan.json at their defaults, so earlier plans keep their digests.
+    router_logit_scale: float = _omitted(1.0)
+    renormalize_eps: float = _omitted(0.0)
+    expert_output_norm: bool = _omitted(False)
+    expert_output_norm_eps: float = _omitted(1e-6)
+    expert_output_norm_input_scaled: bool = _omitted(False)
+    expert_output_norm_offset: bool = _omitted(False)
 
     def __post_init__(self):
         checks = [
@@ -72,14 +84,18 @@ def value_bytes(g: MoEGeometry, ss, node) -> int:
     router logits, scores, picks and weights ([rows, E] f32 each), one slot's
     gate/up/product ([rows, chunk] f32), the accumulator, and the shared
     expert's gate/up/product ([rows, shared width] f32); with expert biases, their
-    tables ([experts_local, width] f32) and the weighted down biases ([rows, hidden])."""
+    tables ([experts_local, width] f32) and the weighted down biases ([rows, hidden]);
+    with a per-expert norm, the expert's output summed over its slices and
+    normed ([rows, hidden] f32 each)."""
     rp = g.rows_padded
     shared = node.op.num_shared_experts and ss.param(f"{node.name}.shared_up").shape[1]
     # gpt-oss: the layer's expert bias tables, read as values, and the down biases' sum.
     biases = 0
     if g.expert_bias:
         biases = g.experts_local * (2 * g.inter_local + g.hidden) + rp * g.hidden
-    return 4 * (rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0)) + biases)
+    normed = 2 * rp * g.hidden * g.expert_output_norm
+    return 4 * (rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0)) + biases
+                + normed)
 
 
 def scale_rows(g: MoEGeometry, rows: int) -> int:

@@ -2,7 +2,7 @@
 property tests of generated kernels.
 
 ``model_configs()`` draws cards inside the supported space, over one table of
-features (strategies.py), and ``model_graphs()`` built models with the op kinds
+features (strategies.py; the latent MoE's in moe_strategies.py), and ``model_graphs()`` built models with the op kinds
 no card writes (graph_strategies.py); ``mla_blocks()`` and ``hybrid_configs()``
 the latent-attention blocks and Gated DeltaNet hybrids (mla_strategies.py,
 hybrid_strategies.py); ``decode_cases(model)`` draws decode calls and

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from megakernel.ir.config import MoEConfig, ModelConfig
+from megakernel.testing import moe_strategies as latent_moe
 from megakernel.testing.mla_strategies import latent_blocks, mla_blocks, refused_by  # noqa: F401
 from megakernel.testing.option_draws import add_nope, add_vocab_used, rotary_mixers
 
@@ -165,6 +166,13 @@ for _feature in (
             _add_groups, needs=("moe",)),                   # DeepSeek-V3
     Feature("swiglu_limit", lambda c: c.moe is not None and c.moe.swiglu_limit is not None,
             _add_swiglu_limit, needs=("moe",), fits=lambda c, cores: c.activation == "silu"),
+    # Muse Spark's and Kimi K3's latent MoE (testing/moe_strategies.py)
+    Feature("moe_latent", lambda c: c.moe is not None and c.moe.latent_size > 0,
+            latent_moe.add_latent, needs=("moe",)),
+    Feature("moe_expert_norm", lambda c: c.moe is not None and c.moe.expert_output_norm != "none",
+            latent_moe.add_expert_norm, needs=("moe",)),
+    Feature("moe_muse_router", lambda c: c.moe is not None and c.moe.router_f32,
+            latent_moe.add_muse_router, needs=("moe",)),
     Feature("bfloat16", lambda c: c.dtype == "bfloat16",
             lambda draw, card, cores: dataclasses.replace(card, dtype="bfloat16")),
     _value("sliding_window", "sliding_window", [4, 16]),
@@ -230,17 +238,19 @@ def _fitting_formats(card: ModelConfig, cores: int, kind: str) -> list[str]:
     """The formats whose row quantum (whole code tiles and scale groups)
     divides every per-core input width of the card's ``kind`` matrices (a
     core's rows before padding: its groups must not be cut), by arithmetic
-    (drawn on every coin): the hidden size; for dense weights the output
-    projection's heads per core x head_dim, the MLP's and the shared experts'
-    intermediate per core; for routed experts their intermediate per core at
-    every tensor-parallel degree the planner may pick. MLA cards refuse the
-    features (mla_strategies.py)."""
+    (drawn on every coin): the hidden size and a latent MoE's width; for
+    dense weights the output projection's heads per core x head_dim, the
+    MLP's and the shared experts' intermediate per core; for routed experts
+    their intermediate per core at every tensor-parallel degree the planner
+    may pick. MLA cards refuse the features (mla_strategies.py)."""
     from megakernel import formats
 
     if card.mla is not None:
         return []
-    widths = [card.hidden_size]
     moe = card.moe
+    # a latent MoE's width: the routed experts' and the up projection's rows
+    latent = [moe.latent_size] if moe is not None and moe.latent_size else []
+    widths = [card.hidden_size] + latent
     if kind == "dense":
         widths += [card.num_q_heads // cores * card.head_dim, -(-card.intermediate_size // cores)]
         if moe is not None and moe.num_shared_experts:
@@ -249,10 +259,12 @@ def _fitting_formats(card: ModelConfig, cores: int, kind: str) -> list[str]:
         widths += [-(-moe.expert_intermediate // tp) for tp in range(1, cores + 1)
                    if cores % tp == 0]
     # Per-channel scales (int8) do not split with the rows: only the widths
-    # that are not padded to 128 lanes (the first two) must be whole code tiles.
+    # that are not padded to 128 lanes (the first two, and the latent one)
+    # must be whole code tiles.
+    whole = widths[:2 + len(latent)]
     return [f for f in QUANTIZED
             if all(w % formats.get(f).row_quantum(w) == 0
-                   for w in (widths if formats.get(f).group_rows else widths[:2]))]
+                   for w in (widths if formats.get(f).group_rows else whole))]
 
 
 def _quantized(card: ModelConfig, kind: str, fmt: str) -> ModelConfig:

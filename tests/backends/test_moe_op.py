@@ -30,14 +30,17 @@ def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
     needs = M.buffers(g)
     names = [n.name for n in needs]
 
-    def kernel(layer_ref, off_ref, x_ref, r_ref, b_ref, wg, wu, wd, o_ref, *scr):
+    def kernel(layer_ref, off_ref, x_ref, xr_ref, r_ref, b_ref, n_ref, wg, wu, wd, o_ref, *scr):
         off = off_ref[0] if static_offset is None else static_offset
 
         def body(i, c):
             bias = b_ref[...] if g.correction_bias else None
-            logits = rt.matmul(x_ref[i], r_ref[...])       # as the emitter's ring linear
+            # as the emitter's ring linear, of the router's own input (a latent
+            # MoE's full-width one; x itself otherwise)
+            logits = rt.matmul(xr_ref[i], r_ref[...], exact=r_ref.dtype == jnp.float32)
+            norm = n_ref[...] if g.expert_output_norm else None
             o_ref[i] = M.moe_routed(g, x_ref[i], logits, bias, wg, wu, wd, layer_ref[0] + i,
-                                    off, bufs=M.Buffers(**dict(zip(names, scr))))
+                                    off, bufs=M.Buffers(**dict(zip(names, scr))), out_norm=norm)
             return c
 
         jax.lax.fori_loop(0, loop, body, 0)
@@ -48,7 +51,7 @@ def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((loop, g.rows_padded, g.hidden), jnp.float32),
-        in_specs=[smem, smem, vmem, vmem, vmem, hbm, hbm, hbm],
+        in_specs=[smem, smem, vmem, vmem, vmem, vmem, vmem, hbm, hbm, hbm],
         out_specs=vmem,
         scratch_shapes=[allocation(n.space, n.shape, n.dtype) for n in needs],
         interpret=interp,
@@ -57,14 +60,20 @@ def build(g: M.MoEGeometry, layers: int, loop: int, interp, static_offset=None):
 
 def run_case(rows, experts, top_k, scoring, bias, renorm, slots, ep, tp, chunks,
              activation="silu", dtype=jnp.float32, scaling=1.0, hidden=128, inter=256,
-             layer=1, layers=2, loop=1, static=False, tie=False, seed=0, groups=(1, 1)):
+             layer=1, layers=2, loop=1, static=False, tie=False, seed=0, groups=(1, 1),
+             latent=None):
+    """``latent``: Muse Spark's options of the op (``MoE`` fields: router_dim,
+    router_f32, router_logit_scale, renormalize_eps, expert_output_norm and
+    its eps, input-scaled form and offset)."""
     rng = np.random.default_rng(seed)
     rp = -(-rows // 8) * 8
+    latent = latent or {}
     op = MoE(hidden, experts, top_k, inter, scoring=scoring, correction_bias=bias,
              renormalize=renorm, routed_scaling=scaling, activation=activation,
-             n_group=groups[0], topk_group=groups[1])
+             n_group=groups[0], topk_group=groups[1], **latent)
     norm = lambda shape, s: (rng.standard_normal(shape) * s).astype(np.float32)
-    router = jnp.asarray(norm((hidden, experts), 1.0), dtype)
+    rdim = op.router_width
+    router = jnp.asarray(norm((rdim, experts), 1.0), jnp.float32 if op.router_f32 else dtype)
     rbias = norm((experts,), 0.3)
     if tie == "groups":   # every group a copy of group 0: all group scores tie
         per = experts // groups[0]
@@ -78,18 +87,29 @@ def run_case(rows, experts, top_k, scoring, bias, renorm, slots, ep, tp, chunks,
     wd = jnp.asarray(norm((layers, experts, inter, hidden), inter ** -0.5), dtype)
     x = norm((loop, rp, hidden), 1.0)
     x[:, rows:] = np.nan
+    xr = norm((loop, rp, rdim), 1.0) if op.router_dim else x
+    xr[:, rows:] = np.nan
+    out_norm = jnp.asarray(norm((1, hidden), 0.3) + (0.0 if op.expert_output_norm_offset else 1.0),
+                           dtype)
 
     el, il = experts // ep, inter // tp
     g = M.MoEGeometry(rows, rp, hidden, experts, el, il, top_k, scoring, bias, renorm,
                       scaling, activation, slots, jnp.dtype(dtype).name, chunk=il // chunks,
-                      n_group=groups[0], topk_group=groups[1])
+                      n_group=groups[0], topk_group=groups[1],
+                      router_logit_scale=op.router_logit_scale,
+                      renormalize_eps=op.renormalize_eps,
+                      expert_output_norm=op.expert_output_norm,
+                      expert_output_norm_eps=op.expert_output_norm_eps,
+                      expert_output_norm_input_scaled=op.expert_output_norm_input_scaled,
+                      expert_output_norm_offset=op.expert_output_norm_offset)
     total = 0.0
     for c in range(ep * tp):
         e0, i0 = (c // tp) * el, (c % tp) * il
         offset = e0 if static else None
         f = jax.jit(build(g, layers, loop, interpret(), static_offset=offset))
-        part = f(jnp.asarray([layer], jnp.int32), jnp.asarray([e0], jnp.int32), x, router,
-                 jnp.asarray(rbias[None]), wg[:, e0:e0 + el, :, i0:i0 + il],
+        part = f(jnp.asarray([layer], jnp.int32), jnp.asarray([e0], jnp.int32), x, xr, router,
+                 jnp.asarray(rbias[None]), out_norm.astype(jnp.float32),
+                 wg[:, e0:e0 + el, :, i0:i0 + il],
                  wu[:, e0:e0 + el, :, i0:i0 + il], wd[:, e0:e0 + el, i0:i0 + il])
         part = np.asarray(part)
         assert not races_found()
@@ -98,8 +118,9 @@ def run_case(rows, experts, top_k, scoring, bias, renorm, slots, ep, tp, chunks,
     for i in range(loop):
         l = layer + i
         p = {"router": router, "router_bias": jnp.asarray(rbias), "experts_gate": wg[l],
-             "experts_up": wu[l], "experts_down": wd[l]}
-        want = np.asarray(kind_moe.moe(op, p, jnp.asarray(x[i, :rows])))
+             "experts_up": wu[l], "experts_down": wd[l], "expert_output_norm": out_norm[0]}
+        want = np.asarray(kind_moe.moe(op, p, jnp.asarray(x[i, :rows]),
+                                       router_x=jnp.asarray(xr[i, :rows])))
         scale = max(1.0, float(np.max(np.abs(want))))
         # bf16: h is rounded to bf16 before `down`, and a 1-ulp f32 difference
         # (other summation order) can flip that rounding; a wrong expert is O(1).
@@ -169,6 +190,27 @@ def test_group_limit_reference_against_numpy():
         np.testing.assert_allclose(np.sort(np.asarray(w[t])), np.sort(ww), rtol=1e-5)
 
 
+MUSE = dict(router_f32=True, router_logit_scale=2 ** -2.5, renormalize_eps=1e-15,
+            expert_output_norm=True, expert_output_norm_eps=1e-8,
+            expert_output_norm_input_scaled=True, expert_output_norm_offset=True)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("case, latent", [
+    # Muse Spark's router on a wider input than the experts', its per-expert
+    # input-scaled norm; experts over 2 cores, each in 2 slices summed first
+    ((8, 8, 2, "sigmoid", True, True, 3, 2, 1, 2), {**MUSE, "router_dim": 256}),
+    ((3, 8, 3, "sigmoid", True, True, 2, 1, 1, 1), MUSE),
+    # the plain per-expert norm, rms(y) * w (no offset), a bf16 router, softmax
+    ((5, 4, 2, "softmax", False, True, 2, 1, 1, 2), dict(
+        expert_output_norm=True, expert_output_norm_eps=1e-5, router_logit_scale=0.5)),
+], ids=["muse-ep2-sliced", "muse-one-core", "plain-norm-sliced"])
+def test_moe_latent_options(case, latent, dtype):
+    # run_case's tolerances; measured here at 0.023 of the f32 one (4.7e-7 of
+    # the output's scale) and 1.8e-4 of the bf16 one
+    run_case(*case, dtype=dtype, scaling=1.5, latent=latent)
+
+
 def test_moe_bf16_layer_loop_static_offset():
     run_case(6, 8, 2, "sigmoid", True, True, 2, 2, 1, 1, activation="gelu_tanh",
              dtype=jnp.bfloat16, scaling=2.5, layer=0, loop=2, static=True)
@@ -197,13 +239,20 @@ def test_moe_compiles_for_tpu7x():
     mesh = jax.sharding.Mesh(topo.devices, ("x",))
     sh = jax.sharding.SingleDeviceSharding(topo.devices[0])
     H, E, EL, I, dt = 1024, 16, 8, 512, jnp.bfloat16
-    for chunk, static in ((I, None), (256, 8)):
+    # the last: Muse Spark's options, an f32 router at full precision on a
+    # wider input, each chunked expert's output summed and input-scaled-normed
+    muse = dict(router_logit_scale=2 ** -2.5, renormalize_eps=1e-15, expert_output_norm=True,
+                expert_output_norm_eps=1e-8, expert_output_norm_input_scaled=True,
+                expert_output_norm_offset=True)
+    for chunk, static, latent in ((I, None, {}), (256, 8, {}), (256, None, muse)):
         g = M.MoEGeometry(5, 8, H, E, EL, I, 4, "sigmoid", True, True, 2.5, "gelu",
-                          3, jnp.dtype(dt).name, chunk=chunk)
+                          3, jnp.dtype(dt).name, chunk=chunk, **latent)
         f = build(g, 4, 2, False, static_offset=static)
+        rdim, rdt = (2 * H, jnp.float32) if latent else (H, dt)
         sds = [jax.ShapeDtypeStruct(s, d, sharding=sh) for s, d in (
-            ((1,), jnp.int32), ((1,), jnp.int32), ((2, 8, H), jnp.float32), ((H, E), dt),
-            ((1, E), jnp.float32), ((4, EL, H, I), dt), ((4, EL, H, I), dt),
+            ((1,), jnp.int32), ((1,), jnp.int32), ((2, 8, H), jnp.float32),
+            ((2, 8, rdim), jnp.float32), ((rdim, E), rdt), ((1, E), jnp.float32),
+            ((1, H), jnp.float32), ((4, EL, H, I), dt), ((4, EL, H, I), dt),
             ((4, EL, I, H), dt))]
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
             jax.jit(f).trace(*sds).lower().compile()

@@ -126,10 +126,13 @@ class StackCtx:
                             path=f"layers[{self.s}].{param}")
         return idx[0], len(idx)
 
-    def linear(self, out: str, x: str, param: str, width: int) -> str:
+    def linear(self, out: str, x: str, param: str, width: int, exact: bool = False) -> str:
+        """``out = x @ param`` through the ring; ``exact``: an f32 weight
+        multiplied at full f32 precision (``rt.ring_linear``)."""
         first, count = self.tiles_of(param)
         quantized = self.shard.param(param).format != "plain"
         to = f", dequant_to={literal(self.model.dtype.value)}" if quantized else ""
+        to += ", exact=True" if exact else ""
         return (f"{out} = rt.ring_linear(stream, {self.s}, k, {x}, "
                 f"S{self.s}_TILES.tiles[{first}:{first + count}], out_cols={literal(width)}, "
                 f"first={first}{to})")

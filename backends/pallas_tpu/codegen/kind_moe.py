@@ -1,7 +1,7 @@
-"""Emitter of mixture of experts: the router logits through the ring, one call
-of its kernel library's ``moe_routed`` (backends/pallas_tpu/kernels/moe.py)
-with the plan's geometry, expert operands and buffers, then the shared
-experts through the ring."""
+"""Emitter of mixture of experts: the router logits through the ring (of the
+op's second input in a latent MoE), one call of its kernel library's
+``moe_routed`` (backends/pallas_tpu/kernels/moe.py) with the plan's geometry,
+expert operands and buffers, then the shared experts through the ring."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def _moe(c: StackCtx, n) -> list[str]:
     extra = ""
     if op.router_logit_bias:
         extra += f", logit_bias={c.vec(n.name + '.router_logit_bias')}"
+    if op.expert_output_norm:
+        extra += f", out_norm={c.vec(n.name + '.expert_output_norm')}"
     if c.shard.param(f"{n.name}.experts_gate").format != "plain":    # their scales' operands
         scales = ", ".join(c.hbm(scale_name(f"{n.name}.experts_{p}")) for p in ("gate", "up", "down"))
         extra += f", experts_scales=({scales})"
@@ -36,7 +38,11 @@ def _moe(c: StackCtx, n) -> list[str]:
     # A profile build runs the cost model's count of expert items (profile_kernel.py).
     e = next(e for e in c.plan.memory.experts if e.stack == c.s and e.node == n.name)
     extra += f", static_items={literal(e.max_distinct * e.chunks)} if PROFILE_EXPERT_ITEMS else None"
-    lines = [c.linear("router_logits", x, f"{n.name}.router", op.num_experts),
+    # A latent MoE's router reads its second input, the full-width one; an
+    # f32 router (Muse Spark) multiplies in full f32 precision, as the reference.
+    router_x = v(n.inputs[1]) if op.router_dim else x
+    lines = [c.linear("router_logits", router_x, f"{n.name}.router", op.num_experts,
+                      exact=op.router_f32),
              f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router_logits, {bias}, "
              f"{experts}, k, {first_expert(c, n.name)}, {c.buffers(n.name)}{extra})"]
     if op.num_shared_experts:

@@ -37,9 +37,12 @@ NEG_INF = float("-inf")
 CHUNK_BYTES = WEIGHT_CHUNK_BYTES
 
 
-def matmul(x, w):
-    """x @ w in w's dtype, f32 accumulation (the reference's ``matmul``)."""
-    return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
+def matmul(x, w, exact=False):
+    """x @ w in w's dtype, f32 accumulation (the reference's ``matmul``);
+    ``exact``: full f32 precision for f32 operands (the MXU's default takes
+    f32 in fewer bf16 passes), which Mosaic accepts for f32 only."""
+    prec = jax.lax.Precision.HIGHEST if exact else None
+    return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32, precision=prec)
 
 
 def chunk_rows(rows, cols, itemsize, chunk_bytes=None):
@@ -49,23 +52,24 @@ def chunk_rows(rows, cols, itemsize, chunk_bytes=None):
     return min(rows, max(per, 16))
 
 
-def matmul_ref(x, w):
+def matmul_ref(x, w, exact=False):
     """x @ w reading the ring view ``w`` (``ring.Words``) in row chunks."""
     rows, cols = w.shape
     step = chunk_rows(rows, cols, w.dtype.itemsize)
     acc = None
     for r in range(0, rows, step):
         n = min(step, rows - r)
-        part = matmul(x[:, r:r + n], w.load(r, n))
+        part = matmul(x[:, r:r + n], w.load(r, n), exact)
         acc = part if acc is None else acc + part
     return acc
 
 
-def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
+def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None, exact=False):
     """y[:, c0:c0+cols] (+)= x[:, r0:r0+rows] @ tile, over static tiles
     ``first .. first+len(tiles)`` of segment s (row blocks accumulate). A
     quantized tile arrives with its scales and is dequantised to
-    ``dequant_to`` before the dot (``dequant.matmul``)."""
+    ``dequant_to`` before the dot (``dequant.matmul``); ``exact``: plain f32
+    tiles at full f32 precision (``matmul``)."""
     blocks = {}
     stream.begin(s, k, first, len(tiles))
     for j, t in enumerate(tiles):
@@ -78,7 +82,7 @@ def ring_linear(stream, s, k, x, tiles, out_cols, first, dequant_to=None):
                 for c, w, sc in pieces])
         else:
             parts = stream.consume(s, k, first + j, lambda pieces, xs=xs, t=t: [
-                ((t.c0 + c, w.shape[1]), matmul_ref(xs, w)) for c, w in pieces])
+                ((t.c0 + c, w.shape[1]), matmul_ref(xs, w, exact)) for c, w in pieces])
         for key, part in parts:
             blocks[key] = part if key not in blocks else blocks[key] + part
     cols = sorted(blocks)

@@ -5,12 +5,17 @@ Contract (the planner and the emitter use exactly these):
 ``MoEGeometry(rows, rows_padded, hidden, num_experts, experts_local, inter_local,
 top_k, scoring, correction_bias, renormalize, routed_scaling, activation, slots,
 dtype, chunk, router_logit_bias, expert_bias, swiglu_limit, swiglu_alpha,
-n_group, topk_group)`` - one MoE node on one core, chosen by the planner.
+n_group, topk_group, fmt, router_logit_scale, renormalize_eps,
+expert_output_norm, expert_output_norm_eps, expert_output_norm_input_scaled,
+expert_output_norm_offset)`` - one MoE node on one core, chosen by the planner.
 ``chunk`` splits each expert's intermediate into ``inter_local // chunk``
 slices, as ``ExpertStream.chunk/chunks`` plans when a whole expert does not fit
 a slot. gpt-oss's options (ir/ops.py MoE): biased router logits, biased
 experts, clamped SwiGLU. ``n_group`` / ``topk_group``: DeepSeek's
-group-limited selection (1 / 1: none).
+group-limited selection (1 / 1: none). Muse Spark's: scaled logits, an
+epsilon in the renormalisation, and each expert's output normalised before
+it is weighted (``expert_output_norm``; its slices summed first when
+``chunk`` splits an expert; the planner keeps experts whole on a core).
 
 ``buffers(g)`` - what ``moe_routed`` needs, by name (E = num_experts; the kernel
 passes the ones the plan bound to a node as one ``Buffers``, ``bufs``):
@@ -25,7 +30,7 @@ passes the ones the plan bound to a node as one ``Buffers``, ``bufs``):
 
 ``moe_routed(g, x, logits, router_bias, experts_gate, experts_up, experts_down,
 layer, expert_offset, bufs=, logit_bias=None, biases=None, bias_here=True,
-experts_scales=None, static_items=None)
+experts_scales=None, static_items=None, out_norm=None)
 -> partial [rows_padded, hidden] f32`` - x value [RP, hidden] f32; logits value
 [RP, E] f32, x @ router (the emitter streams the router through the ring like
 any linear: x in the weight's dtype, f32 accumulation); router_bias value
@@ -36,12 +41,14 @@ hidden]) f32 (``expert_bias``); bias_here: whether this core adds the down
 biases (one core of each group splitting an expert's intermediate);
 experts_scales: the HBM refs of quantized experts' scales (gate, up, down);
 static_items: a profile build's fixed count of expert items (the kernel's
-``PROFILE_EXPERT_ITEMS``), in place of the routed one. Returns the
+``PROFILE_EXPERT_ITEMS``), in place of the routed one; out_norm: the
+per-expert norm's weight [1, hidden] f32. Returns the
 sum over this core's selected experts of weight * expert(x) for valid rows and
 0 for padding rows; summing partials over cores gives the routed output.
 
-Why: the router and top-k run in vregs (k rounds of row max + lowest index
-attaining it, which is lax.top_k's tie rule; no sort primitive on Mosaic).
+Why: the router and top-k run in vregs (moe_route.py: k rounds of row max +
+lowest index attaining it, which is lax.top_k's tie rule; no sort primitive
+on Mosaic).
 Group-limited selection is the same rule one level up: per group the max and
 the best other lane (its top-2 sum), then topk_group rounds of max over the
 groups, ties to the lowest group. Every core runs it on the same replicated
@@ -71,6 +78,7 @@ from megakernel.activations import clamped_swiglu
 # moe_lib.MoEGeometry.
 from megakernel.compiler.geometry.moe import (  # noqa: F401 - re-exported
     MoEGeometry, buffers, scale_rows, value_bytes)
+from megakernel.backends.pallas_tpu.kernels.moe_route import route
 
 HI = jax.lax.Precision.HIGHEST
 
@@ -104,81 +112,14 @@ def _qmatmul(g: MoEGeometry, x, words, scales):
     return dequant.matmul(x, words, scales, g.fmt, jnp.dtype(g.dtype), _matmul)
 
 
-def route(g: MoEGeometry, logits, router_bias, logit_bias=None):
-    """combine [RP, E] f32 from the router logits [RP, E] f32: row n's weight
-    for global expert e (0 if not picked or a padding row), and used [1, E]
-    int32: picked by any valid row."""
-    if g.router_logit_bias:
-        logits = logits + logit_bias
-    if g.scoring == "softmax":
-        m = jnp.max(logits, axis=-1, keepdims=True)
-        ex = jnp.exp(logits - m)
-        scores = ex / jnp.sum(ex, axis=-1, keepdims=True)
-    else:
-        scores = jax.nn.sigmoid(logits)
-    select = scores + router_bias if g.correction_bias else scores
-    E = g.num_experts
-    lane = jax.lax.broadcasted_iota(jnp.int32, select.shape, 1)
-    valid = jax.lax.broadcasted_iota(jnp.int32, select.shape, 0) < g.rows
-    if g.n_group > 1:
-        select = _group_limit(g, select, lane)
-    picked = jnp.zeros(select.shape, jnp.bool_)
-    cur = select
-    for _ in range(g.top_k):
-        top = jnp.max(cur, axis=-1, keepdims=True)
-        idx = jnp.min(jnp.where(cur == top, lane, E), axis=-1, keepdims=True)
-        hit = lane == idx
-        picked = picked | hit
-        cur = jnp.where(hit, -jnp.inf, cur)
-    picked = picked & valid
-    w = jnp.where(picked, scores, 0.0)
-    if g.renormalize:
-        tot = jnp.sum(w, axis=-1, keepdims=True)
-        w = w / jnp.where(tot > 0, tot, 1.0)     # padding rows have tot == 0
-    w = w * g.routed_scaling
-    used = jnp.max(picked.astype(jnp.int32), axis=0, keepdims=True)
-    return w, used
-
-
-def _group_limit(g: MoEGeometry, select, lane):
-    """``select`` with the experts outside the topk_group best groups at -inf.
-    A group's score is its best plus its best other lane (the reference's
-    top-2 sum, added in the same order); groups are picked by topk_group
-    rounds of max, ties to the lowest group."""
-    per = g.num_experts // g.n_group
-    E = g.num_experts
-    inside, score = [], []
-    for j in range(g.n_group):
-        mine = (lane >= j * per) & (lane < (j + 1) * per)
-        vals = jnp.where(mine, select, -jnp.inf)
-        first = jnp.max(vals, axis=-1, keepdims=True)
-        at = jnp.min(jnp.where(vals == first, lane, E), axis=-1, keepdims=True)
-        second = jnp.max(jnp.where(lane == at, -jnp.inf, vals), axis=-1, keepdims=True)
-        inside.append(mine)
-        score.append(first + second)                                  # [RP, 1]
-    picked = [jnp.zeros(score[0].shape, jnp.bool_) for _ in score]
-    for _ in range(g.topk_group):
-        cand = [jnp.where(p, -jnp.inf, s) for p, s in zip(picked, score)]
-        top = cand[0]
-        for c in cand[1:]:
-            top = jnp.maximum(top, c)
-        found = jnp.zeros(top.shape, jnp.bool_)
-        for j, c in enumerate(cand):
-            hit = (c == top) & ~found & ~picked[j]
-            picked[j], found = picked[j] | hit, found | hit
-    keep = jnp.zeros(select.shape, jnp.bool_)
-    for mine, p in zip(inside, picked):
-        keep = keep | (mine & p)
-    return jnp.where(keep, select, -jnp.inf)
-
-
 def _expert_row(table, e, chunk, g: MoEGeometry):
     """[1, chunk] f32: local expert e's row of a [1, experts_local, width] bias
-    table, columns of slice ``chunk`` (masked sums: no dynamic slicing)."""
+    table, columns of slice ``chunk`` (the whole row when None; masked sums:
+    no dynamic slicing)."""
     t = table[0]
     rows = jax.lax.broadcasted_iota(jnp.int32, t.shape, 0)
     row = jnp.sum(jnp.where(rows == e, t, 0.0), axis=0, keepdims=True)
-    if g.chunks == 1:
+    if g.chunks == 1 or chunk is None:
         return row
     C = g.chunk
     return sum(jnp.where(chunk == c, row[:, c * C:(c + 1) * C], 0.0) for c in range(g.chunks))
@@ -195,6 +136,17 @@ def _down_biases(g: MoEGeometry, combine, table, expert_offset):
     return out
 
 
+def _output_norm(g: MoEGeometry, y, w):
+    """One expert's whole output y [RP, hidden] normalised, as the reference's
+    ``expert_output_norm``: rms(y) * s, or rms(round(y * s)) input-scaled
+    (rounded to the model dtype); s = 1 + w with the offset, else w [1, hidden]."""
+    s = w + 1.0 if g.expert_output_norm_offset else w
+    if g.expert_output_norm_input_scaled:
+        y = (y * s).astype(jnp.dtype(g.dtype)).astype(jnp.float32)
+    y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + g.expert_output_norm_eps)
+    return y if g.expert_output_norm_input_scaled else y * s
+
+
 def _glu(g: MoEGeometry, gate, up):
     if g.swiglu_limit is None:
         return activation(g.activation, gate) * up
@@ -203,7 +155,8 @@ def _glu(g: MoEGeometry, gate, up):
 
 def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
                experts_down, layer, expert_offset, *, bufs: Buffers, logit_bias=None,
-               biases=None, bias_here=True, experts_scales=None, static_items=None):
+               biases=None, bias_here=True, experts_scales=None, static_items=None,
+               out_norm=None):
     used_v, used_s, uniq_s, isem = bufs.used_v, bufs.used_s, bufs.uniq, bufs.ids_sem
     gate_b, up_b, down_b, sems = bufs.gate_slots, bufs.up_slots, bufs.down_slots, bufs.slot_sems
     gate_scales, up_scales, down_scales = bufs.gate_scales, bufs.up_scales, bufs.down_scales
@@ -270,7 +223,8 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
     xw = x.astype(jnp.dtype(g.dtype))
     lane = jax.lax.broadcasted_iota(jnp.int32, combine.shape, 1)
 
-    def item(q, acc):
+    def item(q, carry):
+        acc, whole = carry
         @pl.when(q + K - 1 < n_items)
         def _():
             # slot (q-1) % K was consumed by the previous iteration
@@ -294,10 +248,22 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
         act = _glu(g, gate, up)
         y = (_qmatmul(g, act, down_b.at[slot], down_scales[slot])
              if g.fmt else _matmul(act, down_b[slot]))
-        return acc + wgt * y
+        if not g.expert_output_norm:
+            return acc + wgt * y, whole
+        # The norm reads the expert's whole output, its down bias included:
+        # its slices are summed in ``whole`` and normed after the last (an
+        # expert's slices are consecutive items), then ``whole`` starts again.
+        summed = whole + y if nc > 1 else y
+        done = summed + _expert_row(biases[2], e_local, None, g) if g.expert_bias else summed
+        if nc == 1:
+            return acc + wgt * _output_norm(g, done, out_norm), whole
+        last = q % nc == nc - 1
+        acc = jnp.where(last, acc + wgt * _output_norm(g, done, out_norm), acc)
+        return acc, jnp.where(last, 0.0, summed)
 
-    acc = jax.lax.fori_loop(0, n_items, item, jnp.zeros((g.rows_padded, g.hidden), jnp.float32))
-    if g.expert_bias:
+    zeros = jnp.zeros((g.rows_padded, g.hidden), jnp.float32)
+    acc, _ = jax.lax.fori_loop(0, n_items, item, (zeros, zeros))
+    if g.expert_bias and not g.expert_output_norm:     # normed experts added theirs
         down = _down_biases(g, combine, biases[2], expert_offset)
         acc = acc + jnp.where(bias_here, down, 0.0)
     rows = jax.lax.broadcasted_iota(jnp.int32, acc.shape, 0)

@@ -1,0 +1,80 @@
+"""The latent MoE's two forms (tests/latent_moe_cards.py) decoded through the
+kernel in strict interpret mode against the reference, on 1 and 2 cores:
+Muse Spark's (an f32 router with a logit scale on the full width, each
+expert's output input-scaled-normed; its experts whole on each core, so over
+2 cores expert parallel) and Kimi K3's (the latent sum's norm after its
+all-reduce, full-width shared experts beside it). The check's tolerances are
+its own (per dtype, backends/pallas_tpu/check); each case's measured error is
+given beside it as a fraction of the logits' and the caches' tolerance."""
+
+import dataclasses
+
+import pytest
+
+from megakernel.compiler.pipeline import plan_model
+from megakernel.compiler.request import Overrides
+from megakernel.ir.config import build
+from tests.e2e.drawn import assert_plan_matches_reference
+from tests.latent_moe_cards import KIMI, MUSE, in_dtype
+
+CASES = [  # (id, card, devices, batch, tokens, overrides); measured: logits, caches
+    ("muse-f32-1dev", MUSE, 1, 2, 1, {}),                    # 0.045, 0.067
+    ("muse-bf16-2dev", in_dtype(MUSE, "bfloat16"), 2, 2, 1, {}),    # 0.131, 0.194
+    ("kimi-f32-2dev-t2", KIMI, 2, 2, 2, {}),                 # 0.036, 0.075
+    ("kimi-bf16-1dev", in_dtype(KIMI, "bfloat16"), 1, 3, 1, {}),    # 0.000 (1e-6 abs), 0.000
+]
+SLOW = [
+    # an expert in 2 slices: the per-expert norm of their sum
+    ("muse-f32-1dev-sliced", MUSE, 1, 2, 1, {"slot_chunks": 2}),       # 0.054, 0.079
+    ("kimi-bf16-2dev-ep", in_dtype(KIMI, "bfloat16"), 2, 2, 1,
+     {"moe_parallel": "ep"}),                                # 0.120, 0.190
+    ("muse-f32-4dev", dataclasses.replace(MUSE, num_kv_heads=4), 4, 2, 1, {}),  # 0.062, 0.113
+    # gpt-oss's expert biases under a per-expert norm: each expert's down bias
+    # is part of the output its norm reads (a drawn card found it added after)
+    ("muse-bias-f32-2dev-sliced", dataclasses.replace(MUSE, moe=dataclasses.replace(
+        MUSE.moe, expert_bias=True)), 2, 2, 1, {"slot_chunks": 2}),  # 0.048, 0.118
+]
+
+
+def _check(card, devices, batch, tokens, overrides):
+    model = build(card)
+    plan = plan_model(model, devices=devices, batch=batch, tokens=tokens,
+                      overrides=Overrides(**overrides))
+    if card.moe.expert_output_norm == "per_expert":
+        assert plan.shard.ep == devices          # every expert whole on its core
+    return assert_plan_matches_reference(model, plan)
+
+
+@pytest.mark.parametrize("card, devices, batch, tokens, overrides", [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_latent_moe_matches_reference(card, devices, batch, tokens, overrides):
+    _check(card, devices, batch, tokens, overrides)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("card, devices, batch, tokens, overrides", [c[1:] for c in SLOW],
+                         ids=[c[0] for c in SLOW])
+def test_latent_moe_matches_reference_slow(card, devices, batch, tokens, overrides):
+    _check(card, devices, batch, tokens, overrides)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 2])
+def test_drawn_latent_moe_cards_match_the_reference(devices):
+    """Drawn cards with every latent MoE feature on (testing/moe_strategies.py),
+    the others on a coin: a few draws, each a whole interpret-mode run."""
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from megakernel.testing import model_configs
+    from tests.e2e.drawn import past_the_simplest
+
+    @settings(max_examples=3, deadline=None, database=None, phases=(Phase.generate,),
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(past_the_simplest(model_configs(cores=devices, max_layers=3, require=(
+        "moe_latent", "moe_expert_norm", "moe_muse_router"))))
+    def prop(card):
+        model = build(card)
+        assert_plan_matches_reference(model, plan_model(model, devices=devices, batch=2,
+                                                        tokens=1))
+
+    prop()
