@@ -60,8 +60,12 @@ BAD_MOE_CHANGES = [
 def test_invalid_cards_name_layer_and_field(config, bad):
     changes, path, field = bad
     assume(config.pre_norms or path != "layers.0.input_norm")   # post-norm-only: no input_norm
+    types = config.layer_types or ("full_attention",) * config.num_layers
+    if "rotary_dim" in changes:     # a NoPE first layer has no q_rope to name
+        assume(types[0] not in config.nope_layer_types)
     if "rope_theta" in changes:     # sliding layers may use sliding_rope_theta instead
         assume(config.sliding_rope_theta is None or "full_attention" in config.layer_types)
+        assume("full_attention" not in config.nope_layer_types)     # NoPE reads no theta
     with pytest.raises(IRError) as info:
         build(replace(config, **changes))
     assert info.value.path.startswith(path), str(info.value)
