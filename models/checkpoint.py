@@ -165,7 +165,7 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
                 files, scheme, weight, kinds.get(weight), spec, keep.value,
                 lambda view, s, w=weight: _load_one(view, model_type, names, w, s, model))
         weights[weight] = array if isinstance(array, Packed) else np.asarray(array, keep.np)
-    _check_leftovers(files, model, weights, ignored)
+    _check_leftovers(files, model, weights, ignored, () if scheme is None else scheme.unread)
     # Quantize on load: weights whose kind the model's quantize table names
     # are rounded to their format (megakernel/quantize.py).
     return quantize_weights(model, weights, target)
@@ -200,9 +200,9 @@ def _apply(src: Source, files: _Files, name: str, spec: ParamSpec, weight: str, 
 
 
 def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray],
-                     ignored: tuple[str, ...] = ()) -> None:
+                     ignored: tuple[str, ...] = (), unread: tuple[str, ...] = ()) -> None:
     left = sorted(n for n in set(files.tensors) - files.used
-                  if not n.endswith(_IGNORED_SUFFIXES) and not n.startswith(ignored))
+                  if not n.endswith(_IGNORED_SUFFIXES + unread) and not n.startswith(ignored))
     if model.tie_embeddings and "lm_head.weight" in left:
         # Some tied checkpoints store the head anyway; it must be the embedding.
         if np.array_equal(files.get("lm_head.weight"), files.get("model.embed_tokens.weight")):

@@ -57,75 +57,13 @@ writer and checks the decoded values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from megakernel.errors import ConfigError, shown
-from megakernel.models.quant_targets import (Boundary, matches, module_or_parent,
-                                              pattern_problems)
-
-FLOAT_SCALES = ("F32", "BF16", "F16")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How the tensors of one quantized module ``X`` are stored: codes in
-    ``X.{codes}`` (dtypes ``code_dtypes``, ``per`` codes per stored element
-    along ``in``, each ``bits`` wide plus ``offset``), scales in ``X.{scales}``,
-    the [out, in] shape in ``X.{shape}`` ("" none; required or not).
-    ``{stem}`` in a name is the last part of the float tensor name it
-    replaces, one of ``stems`` (``X.weight``: "weight"). ``blocks``: the codes'
-    last two axes are [in / (per blocks), blocks], merged on read. ``ndim``:
-    dimensions of the float tensor ([E, ...] for fused experts); ``in_out``:
-    the float tensor is [..., in, out] rather than Hugging Face's [out, in].
-    ``global_scale``: ``X.{global_scale}`` is the module's f32 scale over its
-    block scales (nvfp4), the reciprocal of one (``global_divides``)."""
-
-    method: str
-    fmt: str
-    codes: str
-    code_dtypes: tuple[str, ...]
-    scales: str
-    scale_dtypes: tuple[str, ...]
-    per: int = 1
-    bits: int = 8
-    offset: int = 0
-    shape: str = ""
-    shape_required: bool = False
-    stems: tuple[str, ...] = ("weight",)
-    blocks: int = 0
-    ndim: int = 2
-    in_out: bool = False
-    global_scale: str = ""
-    global_divides: bool = False
-
-    def names(self, module: str, stem: str) -> tuple[str, str, str]:
-        """The codes, scales and shape tensor names of ``module.stem``."""
-        return tuple(f"{module}.{t.format(stem=stem)}" if t else ""
-                     for t in (self.codes, self.scales, self.shape))
-
-    def stored(self) -> str:
-        """The codes' shape as stored, in words (for errors)."""
-        lead = ["E"] * (self.ndim - 2)
-        if self.blocks:
-            return str([*lead, "out", f"in / {self.per * self.blocks}", self.blocks])
-        return str([*lead, "out", f"in / {self.per}" if self.per > 1 else "in"])
-
-    def unpack(self, raw: np.ndarray, width: int) -> np.ndarray:
-        """Stored codes [..., out, ceil(width / per)] (``blocks``: [..., out,
-        width / (per blocks), blocks]) -> one code per weight [..., out,
-        width]: int8 values (int formats) or uint8 bit patterns."""
-        if self.blocks:
-            raw = raw.reshape(*raw.shape[:-2], -1)
-        if self.per == 1:            # fp8: one e4m3 code per byte, as stored
-            return raw
-        word = raw.astype(np.int64) & ((1 << (raw.dtype.itemsize * 8)) - 1)
-        mask = (1 << self.bits) - 1
-        fields = [(word >> (self.bits * i)) & mask for i in range(self.per)]
-        codes = np.stack(fields, axis=-1).reshape(*raw.shape[:-1], -1)[..., :width]
-        return (codes - self.offset).astype(np.int8 if self.offset else np.uint8)
+from megakernel.models.quant_targets import Boundary, module_or_parent, pattern_problems
+from megakernel.models.shipped_layout import (FLOAT_SCALES, Group, Layout, Scheme,
+                                              check_keys, want)
+from megakernel.models.shipped_modelopt import modelopt
 
 
 FP8 = Layout("fp8", "fp8_b128", "weight", ("F8_E4M3",), "weight_scale_inv", FLOAT_SCALES)
@@ -151,40 +89,6 @@ GPT_OSS_MXFP4 = Layout("mxfp4", "mxfp4", "{stem}_blocks", ("U8",), "{stem}_scale
                        in_out=True)
 
 
-@dataclass(frozen=True)
-class Group:
-    layout: Layout
-    targets: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Scheme:
-    """A checkpoint's quantized modules: ``groups`` (a layout and the targets it
-    applies to), minus ``ignore``, among the matrices of weight ``kinds``."""
-
-    method: str
-    groups: tuple[Group, ...]
-    ignore: tuple["str | Boundary", ...]
-    kinds: frozenset[str]
-
-    def layout_of(self, module: str, kind: str | None) -> Layout | None:
-        """The layout HF module ``module`` (a matrix of weight ``kind``) ships in,
-        or None when it ships as a float weight."""
-        if kind not in self.kinds or any(matches(t, module) for t in self.ignore):
-            return None
-        hits = {g.layout for g in self.groups if any(matches(t, module) for t in g.targets)}
-        if len(hits) > 1:
-            raise ConfigError(f"{module} matches config groups of formats "
-                              f"{sorted(h.fmt for h in hits)}", path="quantization_config",
-                              hint="make the groups' targets disjoint")
-        return hits.pop() if hits else None
-
-    def locate(self, name: str, kind: str | None) -> tuple[str, str, Layout] | None:
-        """(module, stem, layout) of checkpoint tensor ``name`` (a matrix of
-        weight ``kind``) when it ships quantized, else None."""
-        module, _, stem = name.rpartition(".")
-        layout = self.layout_of(module, kind) if module else None
-        return None if layout is None or stem not in layout.stems else (module, stem, layout)
 
 
 def read(config: Any, *, path: str = "quantization_config") -> Scheme:
@@ -214,32 +118,18 @@ def read_problems(config: Any) -> tuple[Scheme | None, list[str]]:
     return (None if problems else scheme), problems
 
 
-def _check_keys(data: dict, known: set[str], where: str, problems: list[str]) -> None:
-    for key in sorted(set(data) - known):
-        if data[key] not in (None, {}, []):
-            problems.append(f"{where}{key}: {shown(data[key])} (unknown key, not supported)")
-
-
-def _want(data: dict, key: str, allowed: tuple, where: str, problems: list[str],
-          why: str = "") -> Any:
-    value = data.get(key)
-    if value not in allowed:
-        problems.append(f"{where}{key}: found {shown(value)}, expected "
-                        f"{' or '.join(shown(a) for a in allowed)}{why}")
-    return value
-
 
 def _fp8(config: dict, problems: list[str]) -> Scheme:
-    _check_keys(config, {"quant_method", "fmt", "weight_block_size", "activation_scheme",
+    check_keys(config, {"quant_method", "fmt", "weight_block_size", "activation_scheme",
                          "modules_to_not_convert", "scale_fmt", "dequantize"}, "", problems)
-    _want(config, "fmt", ("e4m3",), "", problems, " (the IR's fp8_b128 codes are e4m3fn)")
-    _want(config, "weight_block_size", ([128, 128],), "", problems,
+    want(config, "fmt", ("e4m3",), "", problems, " (the IR's fp8_b128 codes are e4m3fn)")
+    want(config, "weight_block_size", ([128, 128],), "", problems,
           " (fp8_b128 blocks are 128 x 128)")
     # Activations stay in the model dtype here: "dynamic" quantizes them per
     # step in DeepSeek's own kernels, which this loader does not mimic.
-    _want(config, "activation_scheme", ("dynamic",), "", problems,
+    want(config, "activation_scheme", ("dynamic",), "", problems,
           " (static activation scales are not read)")
-    _want(config, "scale_fmt", (None, "ue8m0"), "", problems)
+    want(config, "scale_fmt", (None, "ue8m0"), "", problems)
     skip = config.get("modules_to_not_convert") or []
     if not isinstance(skip, list) or not all(isinstance(s, str) for s in skip):
         problems.append(f"modules_to_not_convert: {shown(skip)} should be a list of names")
@@ -259,8 +149,8 @@ _WEIGHT_KEYS = {"num_bits", "type", "symmetric", "group_size", "strategy", "bloc
 
 
 def _compressed_tensors(config: dict, problems: list[str]) -> Scheme:
-    _check_keys(config, _CT_KEYS, "", problems)
-    _want(config, "quantization_status", ("compressed",), "", problems,
+    check_keys(config, _CT_KEYS, "", problems)
+    want(config, "quantization_status", ("compressed",), "", problems,
           " (other statuses store unpacked weights)")
     groups = config.get("config_groups")
     if not isinstance(groups, dict) or not groups:
@@ -283,7 +173,7 @@ def _ct_group(name: str, spec: Any, fmt: Any, problems: list[str]) -> Group | No
         problems.append(f"{where[:-1]}: {shown(spec)} should be an object with targets and "
                         "weights (preset scheme names are not read)")
         return None
-    _check_keys(spec, {"targets", "weights", "input_activations", "output_activations",
+    check_keys(spec, {"targets", "weights", "input_activations", "output_activations",
                        "format"}, where, problems)
     for key in ("input_activations", "output_activations"):
         if spec.get(key) is not None:
@@ -304,7 +194,7 @@ def _ct_group(name: str, spec: Any, fmt: Any, problems: list[str]) -> Group | No
     if not isinstance(w, dict):
         problems.append(f"{where}weights: {shown(w)} should be an object")
         return None
-    _check_keys(w, _WEIGHT_KEYS, where + "weights.", problems)
+    check_keys(w, _WEIGHT_KEYS, where + "weights.", problems)
     key = (fmt, w.get("type"), w.get("num_bits"), w.get("strategy"))
     if key not in _PACKED:
         problems.append(
@@ -338,7 +228,7 @@ def _ct_group(name: str, spec: Any, fmt: Any, problems: list[str]) -> Group | No
 
 
 def _mxfp4(config: dict, problems: list[str]) -> Scheme:
-    _check_keys(config, {"quant_method", "modules_to_not_convert", "dequantize"}, "", problems)
+    check_keys(config, {"quant_method", "modules_to_not_convert", "dequantize"}, "", problems)
     skip = config.get("modules_to_not_convert") or []
     if not isinstance(skip, list) or not all(isinstance(s, str) for s in skip):
         problems.append(f"modules_to_not_convert: {shown(skip)} should be a list of names")
@@ -353,4 +243,5 @@ def _mxfp4(config: dict, problems: list[str]) -> Scheme:
                   tuple(ignore), frozenset({"experts"}))
 
 
-METHODS = {"fp8": _fp8, "compressed-tensors": _compressed_tensors, "mxfp4": _mxfp4}
+METHODS = {"fp8": _fp8, "compressed-tensors": _compressed_tensors, "mxfp4": _mxfp4,
+           "modelopt": modelopt}

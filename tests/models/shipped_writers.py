@@ -13,6 +13,10 @@ and of megakernel/quantize.py: HF [out, in] orientation throughout.
   ``weight_global_scale`` f32 [1] = 6 x 448 / max|w|, ``weight_scale`` e4m3
   per 16 inputs = (max|w_block| / 6) x global; a weight is code x (scale /
   global), in f32.
+* ModelOpt nvfp4 (NVIDIA's export): the codes and e4m3 block scales of the
+  compressed-tensors nvfp4 above, in ``X.weight`` and ``X.weight_scale``, and
+  ``X.weight_scale_2`` f32 [] = 1 / its global scale, which multiplies: a
+  weight is code x (scale x scale_2), in f32; ``X.input_scale`` f32 [] beside.
 * gpt-oss mxfp4 (OpenAI's release): the fused experts' [E, in, out] float
   tensors become ``X_blocks`` U8 [E, out, in / 32, 16] (each scale group's
   32 nibbles, the even input low) and ``X_scales`` U8 [E, out, in / 32].
@@ -135,6 +139,13 @@ def nvfp4_values(packed: np.ndarray, block: np.ndarray, glob: np.ndarray) -> np.
     return v * np.repeat(block.astype(np.float32) / glob[0], 16, axis=1)
 
 
+def modelopt_values(packed: np.ndarray, block: np.ndarray, scale_2) -> np.ndarray:
+    nib = np.zeros((packed.shape[0], packed.shape[1] * 2), np.uint8)
+    nib[:, 0::2], nib[:, 1::2] = packed & 0xF, packed >> 4
+    v = np.where(nib & 8, -1.0, 1.0).astype(np.float32) * E2M1[nib & 7]
+    return v * np.repeat(block.astype(np.float32) * np.float32(scale_2), 16, axis=1)
+
+
 def gpt_oss_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[E, in, out] -> (blocks [E, out, in / 32, 16], scales [E, out, in / 32],
     the dequantized [E, in, out] f32)."""
@@ -176,6 +187,13 @@ def ship(tensors: dict, quantized: dict[str, str]) -> tuple[dict, dict]:
                     module + ".weight_global_scale": glob,
                     module + ".weight_shape": np.array(w.shape, np.int64)}
             twin[name] = nvfp4_values(packed, block, glob)
+        elif layout == "modelopt_nvfp4":
+            packed, block, glob = nvfp4_pack(w)
+            scale_2 = np.float32(1) / glob[0]
+            out |= {name: packed, module + ".weight_scale": block,
+                    module + ".weight_scale_2": np.asarray(scale_2, np.float32),
+                    module + ".input_scale": np.asarray(0.01, np.float32)}
+            twin[name] = modelopt_values(packed, block, scale_2)
         elif layout == "mxfp4":
             packed, scale = mxfp4_pack(w)
             out |= {module + ".weight_packed": packed, module + ".weight_scale": scale}

@@ -109,7 +109,7 @@ def test_gpt_oss_modules_to_not_convert_follow_transformers():
                                           "regular expression"):
         shipped.read({"quant_method": "mxfp4", "modules_to_not_convert": ["a("]})
     with pytest.raises(ConfigError, match="quant_method: 'mxfp8' is not supported; supported: "
-                                          "\\['compressed-tensors', 'fp8', 'mxfp4'\\]"):
+                                          "\\['compressed-tensors', 'fp8', 'modelopt', 'mxfp4'\\]"):
         shipped.read({"quant_method": "mxfp8"})
 
 
