@@ -137,9 +137,15 @@ def main(argv=None) -> int:
 
     quantized = [formats.format_record(*row) for row in formats.FORMAT_ROWS
                  if wanted is None or row[0] in wanted]
+    from bench import musespark
+
+    muse = None
+    if wanted is None or musespark.CARD in wanted:
+        muse = musespark.record(aot=not args.no_aot and libtpu_available(),
+                                deadline=t0 + args.budget)
     summary["total_s"] = time.perf_counter() - t0
     out = {"format": FORMAT, "notes": NOTES, "models": records, "aot_depth_cut": cut,
-           "formats": quantized, "summary": summary}
+           "formats": quantized, "musespark": muse, "summary": summary}
     (RESULTS / "bench.json").write_text(json.dumps(out, indent=1))
     from bench.table import render
 
@@ -147,6 +153,8 @@ def main(argv=None) -> int:
     print(render(records, summary))
     if quantized:
         print("\n".join(formats.render(quantized)))
+    if muse:
+        print("\n".join(musespark.render(muse)))
     return 0
 
 
