@@ -22,6 +22,11 @@ the text config onto the card's general options:
   with 1e-15;
 * the final logits times ``output_multiplier`` before the soft-cap.
 
+Not represented: HF replaces every image, video and audio placeholder id
+(``image_token_id`` ...) by id 0 before the embedding, also in text-only
+calls; the card embeds each id as itself, so a prompt holding those ids
+differs from HF's logits (no fixture id reaches them).
+
 The checkpoint's tensor names (the text model under ``model.language_model.``,
 the towers ignored) are models/checkpoint_names.py's ``muse_spark`` rows.
 """
@@ -92,8 +97,8 @@ def import_fields(r: FieldReader) -> dict[str, Any]:
         r.problem("hidden_act", f"{act!r} is not supported; supported: {sorted(ACTIVATIONS)}")
     out["activation"] = ACTIVATIONS.get(act, "silu")
     if r.get("attention_bias", bool, False):
-        r.problem("attention_bias", "true is not supported (MuseSparkTextAttention's "
-                  "projections have no bias in the released model)")
+        r.problem("attention_bias", "true is not supported, expected false (the "
+                  "released model's projections have no bias; none is read)")
     q_scale = r.get("qk_scale_factor", float, 5.4730064863875, low=0.0,
                     high=limits.MAX_SCALE, open_low=True)
     if q_scale and head_dim:
@@ -102,7 +107,7 @@ def import_fields(r: FieldReader) -> dict[str, Any]:
     out.update(_layers(r, n))
     multiplier = r.get("output_multiplier", float, 0.1767766952966369, low=0.0,
                        high=limits.MAX_SCALE, open_low=True) or 1.0
-    cap = r.get("final_logit_softcapping", float, None, low=0.0, high=limits.MAX_SCALE,
+    cap = r.get("final_logit_softcapping", float, 20.0, low=0.0, high=limits.MAX_SCALE,
                 open_low=True)
     out.update(final_logit_scale=multiplier, final_logit_softcap=cap)
     out["moe"] = _moe(r, out, multiplier)
@@ -118,16 +123,18 @@ def _layers(r: FieldReader, n: int) -> dict[str, Any]:
     if len(types) != n or any(t not in MIXERS for t in types):
         r.problem("layer_types", f"{shown(types)} should list {n} of {list(MIXERS)}")
         return {}
-    thetas = r.get("layer_rope_theta", list, [0.0 if t == "full_attention" else 5e5
-                                              for t in types])
+    # HF's default NoPE layers follow the index pattern, not layer_types.
+    thetas = r.get("layer_rope_theta", list, [0.0 if (n - 1 - i) % 4 == 0 else 5e5
+                                              for i in range(n)])
     if len(thetas) != n or not all(isinstance(x, (int, float)) and x >= 0 for x in thetas):
         r.problem("layer_rope_theta", f"{shown(thetas)} should list {n} numbers >= 0")
         return {}
     nope = sorted({t for t, x in zip(types, thetas) if x == 0})
     for t in nope:
         if any(x != 0 for u, x in zip(types, thetas) if u == t):
-            r.problem("layer_rope_theta", f"is 0 for some {t} layers only; the card "
-                      "gives every layer of a type rotary or none (nope_layer_types)")
+            r.problem("layer_rope_theta", f"{shown(thetas)} is 0 for some {t} layers "
+                      "only; the card gives every layer of a type RoPE or none "
+                      "(nope_layer_types): make the list 0 on all of them or on none")
     mlps = r.get("mlp_layer_types", list, ["sparse"] * n)
     if mlps != ["sparse"] * n:
         r.problem("mlp_layer_types", f"{shown(mlps)}: only all-sparse layers are supported "

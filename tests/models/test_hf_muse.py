@@ -75,6 +75,19 @@ def test_what_the_card_cannot_hold_is_named(text, key, words):
     assert key in str(info.value)
 
 
+def test_absent_keys_take_hfs_defaults():
+    """A config without final_logit_softcapping is capped at HF's 20; without
+    layer_rope_theta the NoPE layers are HF's every 4th from the last, whatever
+    layer_types says: a full layer moved elsewhere leaves a NoPE sliding layer,
+    which the card cannot hold, and is named."""
+    assert from_hf(_config(final_logit_softcapping=None)).final_logit_softcap == 20.0
+    card = from_hf(_config(layer_rope_theta=None))
+    assert card.nope_layer_types == ("full_attention",)
+    moved = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"]
+    with pytest.raises(ConfigError, match="0 for some sliding_attention layers only"):
+        from_hf(_config(layer_types=moved, layer_rope_theta=None))
+
+
 def test_a_top_level_key_that_contradicts_the_text_config_is_named():
     with pytest.raises(ConfigError, match="tie_word_embeddings=True differs"):
         from_hf({**CONFIG, "tie_word_embeddings": True})
