@@ -89,9 +89,13 @@ def import_fields(r: FieldReader) -> dict[str, Any]:
         post_norm_eps=eps("post_norm_eps", 1e-8), pre_norms=True, post_norms=True,
         post_attn_norm_weight=False, post_ffn_norm_input_scaled=True, embed_norm=True,
         qk_norm=True, qk_norm_weight=False, attn_output_norm=True, attn_output_gate=True,
-        tie_embeddings=r.get("tie_word_embeddings", bool, False),
+        tie_embeddings=False,
         residual_gate_temperature=r.get("residual_gate_temperature", float, 0.3, low=0.0,
                                         high=limits.MAX_SCALE, open_low=True))
+    # MuseSparkForConditionalGeneration declares no tied weights, so transformers
+    # ties nothing whatever tie_word_embeddings says (read for its type only):
+    # lm_head.weight is always its own tensor.
+    r.get("tie_word_embeddings", bool, False)
     act = r.get("hidden_act", str, "silu")
     if act not in ACTIVATIONS:
         r.problem("hidden_act", f"{act!r} is not supported; supported: {sorted(ACTIVATIONS)}")

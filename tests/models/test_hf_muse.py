@@ -88,6 +88,11 @@ def test_absent_keys_take_hfs_defaults():
         from_hf(_config(layer_types=moved, layer_rope_theta=None))
 
 
+def test_the_lm_head_is_never_tied():
+    # transformers ties only the weights a class declares; this one declares none
+    assert from_hf(_config(tie_word_embeddings=True)).tie_embeddings is False
+
+
 def test_a_top_level_key_that_contradicts_the_text_config_is_named():
     with pytest.raises(ConfigError, match="tie_word_embeddings=True differs"):
         from_hf({**CONFIG, "tie_word_embeddings": True})
