@@ -192,6 +192,9 @@ class ModelConfig:
     activation: Word = "silu"
     norm_eps: AnyFloat = 1e-6
     norm_offset: Bool = False
+    # Muse Spark: the final norm's own offset (plain w under (1 + w) block
+    # norms); None: as norm_offset.
+    final_norm_offset: Bool | None = None
     rope_theta: AnyFloat = 10000.0
     rotary_dim: Int(0, limits.MAX_HEAD_DIM) = 0
     rope_scaling: RopeScaling | None = None

@@ -39,7 +39,9 @@ def build(config: ModelConfig) -> Model:
             layers.append(layer(config, config.mixer(i), config.layer_kind(i)))
     with error_context("final_norm"):
         try:
-            final_norm = RMSNorm(config.hidden_size, config.norm_eps, config.norm_offset)
+            offset = config.norm_offset if config.final_norm_offset is None else \
+                config.final_norm_offset
+            final_norm = RMSNorm(config.hidden_size, config.norm_eps, offset)
         except IRError as err:
             raise with_card_field(err) from None
     logit_ops = ()

@@ -112,6 +112,41 @@ NAMES.update({
 })
 
 
+def _muse_spark() -> dict[str, tuple[Source, ...]]:
+    """Muse Spark's text model (models/hf_muse.py): Llama's attention rows, the
+    output gate's projection, both residual gates, the (1 + w) norms (the
+    post-attention norm has no weight), the router with its selection bias,
+    and the latent MoE around its experts. Experts come fused ([E, 2I, L] and
+    [E, L, I], transformers' save) or one module per expert and projection
+    (compressed-tensors' NVFP4 save)."""
+    t = {k: _ATTN_MLP[k] for k in ("input_norm.weight", *(f"{p}_proj.weight" for p in "qkvo"))}
+    t.update(_moe(("mlp.gate.weight",),
+                  {p: f"mlp.experts.{{e}}.{p}_proj.weight" for p in ("gate", "up", "down")},
+                  ("mlp.experts",)))
+    for ir, hf in (("post_norm.weight", "pre_feedforward_layernorm.weight"),
+                   ("post_ffn_norm.weight", "post_feedforward_layernorm.weight"),
+                   ("attn_residual.gate", "post_attention_residual_gate.gate"),
+                   ("ffn_residual.gate", "post_feedforward_residual_gate.gate"),
+                   ("moe.router_bias", "mlp.gate.e_score_correction_bias"),
+                   ("pre_expert_norm.weight", "mlp.pre_expert_norm.weight"),
+                   ("moe.expert_output_norm", "mlp.experts.post_expert_norm.weight")):
+        t[ir] = (Source(hf),)
+    for ir, hf in (("gate_proj.weight", "self_attn.gate_proj.weight"),
+                   ("pre_expert_proj.weight", "mlp.pre_expert_proj.weight"),
+                   ("post_expert_proj.weight", "mlp.post_expert_proj.weight")):
+        t[ir] = (Source(hf, "T"),)
+    return t
+
+
+# Muse Spark's checkpoint is the multimodal one: the text model's layers under
+# model.language_model (its embedding and final norm: GLOBAL's second names,
+# lm_head at the root); the towers never reach the text logits.
+NAMES["muse_spark"] = _muse_spark()
+PREFIXES["muse_spark"] = ("model.language_model.layers.{i}.",)
+IGNORED_PREFIXES["muse_spark"] = ("model.vision_tower.", "model.vision_adapter.",
+                                  "model.vision_projection.", "model.audio_tower.")
+
+
 def weight_sources(names: dict, weight: str) -> tuple[tuple[Source, ...], int | None]:
     """The sources of IR weight ``weight`` (in ``GLOBAL``, or its row of the
     layer table ``names``) and its layer index (None outside the layers)."""

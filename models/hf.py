@@ -3,7 +3,8 @@
 Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, mixtral, mistral,
 gemma2, gemma3_text, olmo2, gpt_oss, phi3, the hybrid linear-attention
 families qwen3_5, qwen3_5_text, qwen3_next (``hf_hybrid``), and through their
-own importers (``_importers``) deepseek_v3 and kimi_k2 (docs/new-model.md
+own importers (``_importers``) deepseek_v3, kimi_k2 and muse_spark (the text
+model of Muse Spark's multimodal checkpoint, ``hf_muse``; docs/new-model.md
 lists the card fields each uses). Every key of
 the file is either mapped to a card field, known to be harmless for inference
 (``hf_fields.HARMLESS_KEYS``), or reported: one ``ConfigError`` lists every
@@ -26,7 +27,7 @@ from megakernel.ir.config import MoEConfig, ModelConfig, build
 from megakernel.ir.jsonfile import read_json
 from megakernel.ir.types import DType
 from megakernel.ir.weight_kinds import Quantize
-from megakernel.models import hf_deepseek, hf_hybrid, shipped, shipped_view
+from megakernel.models import hf_deepseek, hf_hybrid, hf_muse, shipped, shipped_view
 from megakernel.models.hf_extras import EXTRAS, gpt_oss_moe
 from megakernel.models.hf_fields import ACTIVATIONS, REQUIRED, FieldReader
 from megakernel.models.hf_rope import read_rope
@@ -107,7 +108,7 @@ DTYPES = {"bfloat16": "bfloat16", "float32": "float32"}
 def _importers() -> dict:
     """model_type -> field importer, for families ``FAMILIES`` rows cannot
     describe (each a function of the FieldReader giving card fields)."""
-    return hf_deepseek.IMPORTERS
+    return {**hf_deepseek.IMPORTERS, **hf_muse.IMPORTERS}
 
 
 def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
@@ -118,7 +119,7 @@ def from_hf(config: dict[str, Any] | str | Path, *, dtype: str | None = None,
     bfloat16 when absent); ``max_seq_len`` is capped by
     ``max_position_embeddings``. The card is built once to check it."""
     data, source, folder = _read(config)
-    data = hf_hybrid.unwrap(data, source)
+    data = hf_muse.unwrap(hf_hybrid.unwrap(data, source), source)
     r = FieldReader(data, source)
     model_type = r.get("model_type", str)
     family = FAMILIES.get(model_type)

@@ -200,6 +200,8 @@ for _feature in (
     # comparisons' absolute 1e-5 is a few float32 ulps.
     _flag("scale_embeddings", "scale_embeddings", conflicts=("post_norms_only",)),
     _flag("norm_offset", "norm_offset"),
+    # Muse Spark: a plain-w final norm under (1 + w) block norms.
+    _set("plain_final_norm", "final_norm_offset", False, needs=("norm_offset",)),
     _value("final_logit_softcap", "final_logit_softcap", [30.0]),   # Gemma 2's value
     _rope("rope_llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                           "high_freq_factor": 4.0, "original_max_position": 64}),

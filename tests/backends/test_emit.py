@@ -257,7 +257,7 @@ ZOO_DEVICES = {"tiny-dense": 2, "tiny-moe": 4, "llama-3.2-1b": 1, "qwen3-8b": 4,
                "qwen3-32b": 8, "qwen3-30b-a3b": 8, "mixtral-8x7b": 8,
                "mistral-7b-v0.1": 8, "gemma-2-2b": 4, "gemma-3-1b": 1, "olmo-2-7b": 8,
                "gpt-oss-20b": 8, "phi-3-mini-4k": 4, "qwen3.5-27b": 8, "qwen3-next-80b-a3b": 8,
-               "deepseek-v3": 32, "kimi-k2": 32}
+               "deepseek-v3": 32, "kimi-k2": 32, "muse-spark": 32}
 
 
 @pytest.mark.parametrize("name", sorted(ZOO_DEVICES))

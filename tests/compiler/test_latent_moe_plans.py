@@ -103,3 +103,24 @@ def test_a_latent_plan_round_trips_and_a_plain_one_writes_no_new_fields():
                        batch=1, tokens=1)
     (g,) = [og for og in plain.to_dict()["memory"]["geometries"] if og["library"] == "moe"]
     assert not {"router_logit_scale", "expert_output_norm"} & set(g["geometry"])
+
+
+def test_the_full_size_muse_spark_card_plans_on_8_cores_with_nvfp4_experts():
+    """The zoo card (bf16, 1,640 GB of weights) needs more HBM than 8 TensorCores
+    hold, and says what to change; with its routed experts in NVFP4 (the vendor's
+    format, and Inferact's 8-core plan) it plans. Only that it plans is asserted
+    here: how the experts split is the planner's to choose."""
+    from megakernel.errors import PlanningError
+    from megakernel.ir.weight_kinds import Quantize
+    from megakernel.models import zoo
+
+    card = zoo.card("muse-spark")
+    with pytest.raises(PlanningError, match="HBM per core") as info:
+        plan_model(build(card), devices=8)
+    assert "--quantize experts=" in str(info.value)
+    model = build(dataclasses.replace(card, quantize=Quantize(experts="nvfp4")))
+    plan = plan_model(model, devices=8)
+    assert plan.shard.cores == 8
+    assert {p.format for s in plan.shard.stacks for p in s.params
+            if p.name.startswith(("moe.experts_", "l0_moe.experts_"))
+            and not p.name.endswith("_scale")} == {"nvfp4"}         # the codes (scales: plain)

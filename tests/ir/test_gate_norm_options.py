@@ -3,6 +3,7 @@
 back from JSON; the card fields build the graph Muse Spark's layer is, in its
 order, and each refuses what it cannot mean by name."""
 
+import dataclasses
 import json
 
 import pytest
@@ -121,6 +122,24 @@ def test_each_option_refuses_what_it_cannot_mean_by_name(changes, field, words):
     with pytest.raises(IRError, match=words) as info:
         muse_like(**changes)
     assert info.value.path.endswith(field)
+
+
+def test_the_final_norm_offset_follows_norm_offset_unless_set():
+    assert build(MUSE_LIKE).final_norm.offset is True          # None: as norm_offset
+    assert build(muse_like(final_norm_offset=False)).final_norm.offset is False
+    plain = muse_like(norm_offset=False)
+    assert build(plain).final_norm.offset is False
+    assert build(dataclasses.replace(plain, final_norm_offset=True)).final_norm.offset is True
+    # the block norms keep norm_offset: only the final norm changes
+    layers = build(muse_like(final_norm_offset=False)).layers
+    assert layers[0].node("input_norm").op.offset is True
+
+
+def test_a_final_norm_offset_that_is_not_a_bool_is_named():
+    data = {**card_to_dict(MUSE_LIKE), "final_norm_offset": "no"}
+    with pytest.raises(IRError) as info:
+        card_from_json(json.dumps(data))
+    assert "final_norm_offset" in str(info.value)
 
 
 def test_a_bad_temperature_names_the_card_field():

@@ -4,8 +4,11 @@ equations, not code): the residual gate (floor included), the parameter-free
 and input-scaled norms, and a whole prefill of the tiny Muse-like card, every
 option at once, down to the logits of its padding ids."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from megakernel.ir.config import build
 from megakernel.ir.graph import OpNode
@@ -114,22 +117,26 @@ def muse_prefill(c, w, ids):
         f = (silu(hn @ w[p + "mlp.gate"]) * (hn @ w[p + "mlp.up"])) @ w[p + "mlp.down"]
         f = np_rms(f * (1.0 + w[p + "post_ffn_norm.weight"]), c.post_norm_eps)
         x = np_gate(x, f, w[p + "ffn_residual.gate"], c.residual_gate_temperature, 1e-3)
-    x = np_rms(x, c.norm_eps, 1.0 + w["final_norm.weight"])
+    plain = c.final_norm_offset is False or (c.final_norm_offset is None and not c.norm_offset)
+    x = np_rms(x, c.norm_eps, w["final_norm.weight"] + (0.0 if plain else 1.0))
     z = x @ w["lm_head.weight"] * c.final_logit_scale
     z = c.final_logit_softcap * np.tanh(z / c.final_logit_softcap)
     z[:, c.vocab_used:] = -np.inf
     return z
 
 
-def test_a_prefill_of_the_muse_like_card_follows_the_equations():
-    model = build(MUSE_LIKE)
+# None: the final norm is (1 + w) as the block norms; False: Muse Spark's plain w.
+@pytest.mark.parametrize("final_norm_offset", [None, False])
+def test_a_prefill_of_the_muse_like_card_follows_the_equations(final_norm_offset):
+    card = dataclasses.replace(MUSE_LIKE, final_norm_offset=final_norm_offset)
+    model = build(card)
     host = init_weights(model, seed=2)
-    ids = np.random.default_rng(3).integers(0, MUSE_LIKE.vocab_size, (1, 12)).astype(np.int32)
+    ids = np.random.default_rng(3).integers(0, card.vocab_size, (1, 12)).astype(np.int32)
     logits, _ = R.decode_step_jit(model, R.as_jax(host), jnp.asarray(ids),
                                   jnp.zeros(1, jnp.int32), R.init_caches(model, 1))
     got = np.asarray(logits)[0]
-    want = muse_prefill(MUSE_LIKE, {k: v.astype(np.float64) for k, v in host.items()}, ids[0])
-    used = MUSE_LIKE.vocab_used
+    want = muse_prefill(card, {k: v.astype(np.float64) for k, v in host.items()}, ids[0])
+    used = card.vocab_used
     assert np.all(np.isneginf(got[:, used:]))
     _close(got[:, :used], want[:, :used], PREFILL_TOL)
     assert got.argmax(-1).max() < used      # greedy never picks a padding id

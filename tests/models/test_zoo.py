@@ -75,7 +75,19 @@ HYBRID_PARAMS = {"qwen3.5-27b": 26_895_998_464, "qwen3-next-80b-a3b": 79_674_391
 
 def test_names_cover_the_zoo():
     assert set(zoo.names()) == {"tiny-dense", "tiny-moe", *PUBLISHED_PARAMS, *PUBLISHED_ROUNDED,
-                                *HYBRID_PARAMS}
+                                *HYBRID_PARAMS, "muse-spark"}
+
+
+def test_muse_spark_counts_agree_with_its_checkpoints_name():
+    """Muse Spark is published as "816B-A42B" (meta-models/Muse-Spark-Open-816B-A42B,
+    /work/shared/notes/musespark.md), rounded. The card, its text model only, counts
+    820.0B (0.5% above); one token reads 46.1B of it, 42.8B without the embedding
+    and LM head (1.9% above 42B): the name counts activated weights without them."""
+    model = zoo.model("muse-spark")
+    tables = 2 * model.vocab_size * model.hidden_size      # embedding + untied LM head
+    assert (model.param_count, _activated(model)) == (819_990_552_064, 46_091_132_416)
+    assert abs(model.param_count / 816e9 - 1) < 0.01
+    assert abs((_activated(model) - tables) / 42e9 - 1) < 0.02
 
 
 @pytest.mark.parametrize("name", sorted(HYBRID_PARAMS))
@@ -106,7 +118,8 @@ def test_parameter_count_matches_published_total(name):
     assert zoo.model(name).param_count == PUBLISHED_PARAMS[name]
 
 
-@pytest.mark.parametrize("name", sorted({*PUBLISHED_PARAMS, *PUBLISHED_ROUNDED, *HYBRID_PARAMS}))
+@pytest.mark.parametrize("name", sorted({*PUBLISHED_PARAMS, *PUBLISHED_ROUNDED, *HYBRID_PARAMS,
+                                         "muse-spark"}))
 def test_real_models_are_bf16_with_a_serving_context(name):
     card = zoo.card(name)
     assert card.dtype == "bfloat16" and card.max_seq_len == 4096
