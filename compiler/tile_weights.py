@@ -90,7 +90,7 @@ def tile_stream(shard: ShardPlan, bank_bytes: int, num_banks: int,
         head = tile_matrix(*key)
         nbytes, elements = _totals(*key)
     else:
-        head, nbytes, elements = _quantized_tiles(p, bank_bytes, mxu)
+        head, nbytes, elements = _quantized_tiles(p, bank_bytes, mxu, kind="head")
     block = head[0].cols
     return WeightStream(bank_bytes, num_banks, tuple(stacks), head, offset, block, nbytes,
                         elements, mxu)
