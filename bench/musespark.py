@@ -18,6 +18,7 @@ Inferact's plan. Every number from the cost model is modeled.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from megakernel.ir.weight_kinds import Quantize
 
@@ -40,6 +41,12 @@ MEASURED = {
 # identical, so a layer loads 8 distinct experts at every batch size.
 INFERACT = dict(num_banks=12, bank_bytes=2 * MiB, expert_slots=4, moe_parallel="tp",
                 kv_tile=256, wire="bfloat16", allreduce="rs_ag", expert_rows=1)
+# The planner's own plan: its choices, told only what the workload is (the
+# benchmark's rows are identical, so 8 distinct experts a layer).
+OWN = dict(expert_rows=1)
+# (configuration, batch) -> the heading of docs/musespark.md that says which
+# phase puts that row more than OFF from its measurement, and why.
+EXPLAINED: dict[tuple[str, int], str] = {}
 # Their batch-1 phase benchmarks (int4 + bf16), us: per layer, and fixed per step.
 PHASES_MEASURED = {"dense ring": 25.0, "collectives": 14.0, "experts": 9.0,
                    "attention": 1.5, "routing": 0.7}
@@ -51,8 +58,11 @@ def model(config: str):
     from megakernel.ir.config import build
     from megakernel.models import zoo
 
+    # the 4096 positions of the context and room for the 16 tokens a call
+    # appends, rounded up to whole 256-row KV tiles (Inferact's)
     card = zoo.card(CARD)
-    return build(dataclasses.replace(card, quantize=Quantize(**CONFIGS[config])))
+    return build(dataclasses.replace(card, quantize=Quantize(**CONFIGS[config]),
+                                     max_seq_len=CONTEXT + 256))
 
 
 def plan(config: str, batch: int, overrides: dict | None = None):
@@ -80,7 +90,7 @@ def own_rows() -> list[dict]:
     rows = []
     for config in CONFIGS:
         for batch in BATCHES:
-            mine = plan(config, batch, dict(expert_rows=1))
+            mine = plan(config, batch, OWN)
             theirs = plan(config, batch, INFERACT)
             rows.append(dict(config=config, batch=batch, own_step_ms=mine.cost.step_ms,
                              inferact_plan_step_ms=theirs.cost.step_ms,
@@ -139,27 +149,28 @@ def record(aot: bool, deadline: float | None = None) -> dict:
 def _category(p, name: str, kind: str) -> str:
     if kind == "collective":
         return "collectives"
-    node = name.split(".", 1)[1]
-    op = next((n.op.kind for st in p.model.stacks for n in st.layer.nodes if n.name == node),
-              None)
+    # a periodic stack's nodes carry their layer's index ("l3_moe")
+    node = re.sub(r"^l\d+_", "", name.split(".", 1)[1])
+    op = next((n.op.kind for st in p.model.stacks for n in st.layer.nodes
+               if re.sub(r"^l\d+_", "", n.name) == node), None)
     return {"linear": "dense ring", "moe": "experts", "attention": "attention",
             "mla": "attention"}.get(op, "vector ops")
 
 
 def phases(p) -> dict:
-    """{"per_layer": {category: us}, "fixed": {part: us}} of one modeled step: a
-    steady layer's phases by category (the MoE op's routing is inside
-    "experts": the kernel routes in the same op), and what the layers leave of
-    the step (the LM head, the rest)."""
-    c, per, steady = p.cost, {}, {}
-    for ph in c.phases:          # the last occurrence of a layer phase is the steady one
+    """{"per_layer": {category: us}, "fixed": {part: us}} of one modeled step:
+    the layers' phases by category, averaged over the model's layers (the
+    MoE op routes in the same op, so routing is inside "experts"), and what
+    the layers leave of the step (the LM head, the rest: prologue, embedding,
+    launch, less what the ring prefetched across phases)."""
+    c, per = p.cost, {}
+    for ph in c.phases:
         if ph.stack is not None:
-            steady[ph.name] = ph
-    for ph in steady.values():
-        cat = _category(p, ph.name, ph.kind)
-        per[cat] = per.get(cat, 0.0) + ph.time_s * 1e6
+            cat = _category(p, ph.name, ph.kind)
+            per[cat] = per.get(cat, 0.0) + ph.time_s * ph.per_step * 1e6
     n_layers = len(p.model.layers)
-    head = sum(ph.time_s for ph in c.phases if ph.name == "lm_head") * 1e6
+    per = {cat: us / n_layers for cat, us in per.items()}
+    head = sum(ph.time_s * ph.per_step for ph in c.phases if ph.name == "lm_head") * 1e6
     fixed = c.step_ms * 1e3 - n_layers * sum(per.values())
     return {"per_layer": per, "fixed": {"lm_head": head, "rest": fixed - head}}
 
