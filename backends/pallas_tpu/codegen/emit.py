@@ -149,12 +149,13 @@ class StackCtx:
         else:                    # a run of one layer: k is the repetition
             par = _parity(site.seq_offset, (("k", site.seq_stride + site.seq_skip),))
         call = frame.allreduce_call(v(tensor), par, site.name)
-        width, full = self.shard.width(tensor), self.model.hidden_size
-        if width == full:
+        width, lanes = self.shard.width(tensor), self.model.hidden_size * site.fold
+        if width == lanes:
             return [call]
         # A narrower partial (e.g. a per-row statistic) rides in the all-reduce's
-        # [rows, hidden] slots, zero-padded.
-        return [f"{v(tensor)} = rt.pad_lanes({v(tensor)}, {literal(full)})", call,
+        # [rows, hidden] slots, zero-padded; a wider one (a per-slot MoE's picks)
+        # in whole pieces of hidden lanes (``site.fold``), the last zero-padded.
+        return [f"{v(tensor)} = rt.pad_lanes({v(tensor)}, {literal(lanes)})", call,
                 f"{v(tensor)} = {v(tensor)}[:, :{literal(width)}]"]
 
 
