@@ -254,7 +254,8 @@ def _moe_block(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
         return b.add("moe", lambda: _moe_op(c, h, 0, True), (hn,), "ffn_out")
     width, x, inputs = m.latent_size or h, hn, (hn,)
     if m.latent_size:
-        x = b.add("pre_expert_proj", lambda: Linear(h, width), (hn,), "x_latent")
+        x = b.add("pre_expert_proj", lambda: Linear(h, width, split_rows=True), (hn,),
+                  "x_latent")
         if m.latent_input_norm:
             x = b.add("pre_expert_norm", norm(c, width), (x,), "x_latent_normed")
         inputs = (x, hn)
@@ -272,7 +273,9 @@ def _moe_block(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
                        "routed_normed")
     out = "routed_out" if m.num_shared_experts else "ffn_out"
     if m.latent_size:
-        routed = b.add("post_expert_proj", lambda: Linear(width, h), (routed,), out)
+        # both projections read whole tensors: split by rows (Linear.split_rows)
+        routed = b.add("post_expert_proj", lambda: Linear(width, h, split_rows=True),
+                       (routed,), out)
     if not m.num_shared_experts:
         return routed
     shared = b.add("shared_experts", lambda: MLP(h, m.num_shared_experts * m.shared_intermediate,

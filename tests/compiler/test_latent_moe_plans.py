@@ -40,6 +40,14 @@ def test_muse_splits_its_experts_and_reduces_the_picks_before_their_norm():
     assert plan.shard.stacks[-1].width("slots") == 2 * 128
     roles = _roles(plan)
     assert roles["expert_combine.weight"] == ((128,), "float32", "replicated")
+    # The latent projections read whole tensors but are split by rows
+    # (Linear.split_rows): each core streams half of them, and their partial
+    # outputs are all-reduced before the pre-norm and the residual add.
+    assert roles["pre_expert_proj.weight"] == ((128, 128), "float32",
+                                               "rows (a local slice of the whole input)")
+    assert roles["post_expert_proj.weight"][0] == (64 * 2, 256)
+    assert {("x_latent", "pre_expert_proj", "pre_expert_norm"),
+            ("ffn_out", "post_expert_proj", "ffn_residual")} <= sites
     bf16 = plan_model(build(dataclasses.replace(MUSE, dtype="bfloat16")), devices=1, batch=1,
                       tokens=1)
     assert _roles(bf16)["moe.router"] == ((256, 8), "float32", "replicated")   # router_f32
@@ -48,8 +56,11 @@ def test_muse_splits_its_experts_and_reduces_the_picks_before_their_norm():
 def test_kimi_norms_the_reduced_sum_and_adds_the_full_width_shared_experts():
     plan = plan_model(build(KIMI), devices=2, batch=2, tokens=1)
     sites = _sites(plan)
-    assert {("routed", "moe", "expert_output_norm"), ("shared", "shared_experts", "shared_add")
-            } <= sites
+    # the row-split up projection and the shared experts both end in partial
+    # sums: added as partials, reduced once before the residual add
+    assert {("routed", "moe", "expert_output_norm"), ("x_latent", "pre_expert_proj", "moe"),
+            ("ffn_out", "shared_add", "ffn_residual")} <= sites
+    assert not any(s[1] == "shared_experts" for s in sites)
     assert not any(s[1] == "post_expert_proj" for s in sites)
     roles = _roles(plan)
     assert roles["shared_experts.gate"][2] == "columns of intermediate"
@@ -77,6 +88,29 @@ def test_a_per_expert_norm_allows_every_split_of_the_experts(cores):
     assert shard_model(six, 4, moe_parallel="tp").ep == 1
     with pytest.raises(ShardingError, match="num_experts=\\[6\\]"):
         shard_model(six, 4, moe_parallel="ep")
+
+
+def test_tp_over_all_cores_streams_one_nth_of_the_projections_and_experts():
+    """A per-expert norm under moe_parallel='tp' on N cores: every expert on
+    every core at 1/N of its width, the two latent projections 1/N of their
+    rows each, at widths that split into whole 128-lane tiles (hidden 1024,
+    latent 512, expert width 1024 over 4 cores); four all-reduces per layer
+    (o_proj, pre_expert_proj, the picks, post_expert_proj)."""
+    card = _moe(dataclasses.replace(MUSE, hidden_size=1024, num_kv_heads=4),
+                latent_size=512, expert_intermediate=1024)
+    one = plan_model(build(card), devices=1, batch=1, tokens=1)
+    four = plan_model(build(card), devices=4, batch=1, tokens=1,
+                      overrides=Overrides(moe_parallel="tp"))
+    assert four.shard.stacks[-1].experts == (("moe", 1, 4, 8, 256),)
+    full = {p.name: p.nbytes for p in one.shard.stacks[-1].params}
+    core = {p.name: p.nbytes for p in four.shard.stacks[-1].params}
+    for name in ("pre_expert_proj.weight", "post_expert_proj.weight", "moe.experts_gate",
+                 "moe.experts_up", "moe.experts_down"):
+        assert core[name] * 4 == full[name], name
+    assert len(four.shard.stacks[-1].reductions) == 4
+    # the ring streams the projections' quarter: the phase's bytes say so
+    phases = {p.name: p for p in four.cost.phases}
+    assert phases["s0.pre_expert_proj"].hbm_bytes == full["pre_expert_proj.weight"] // 4
 
 
 def test_picks_wider_than_hidden_travel_in_pieces_and_cost_more():

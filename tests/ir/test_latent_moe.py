@@ -115,6 +115,11 @@ def test_muse_sparks_form_is_a_latent_block_with_picks_normed_by_the_combine():
     assert params["pre_expert_proj.weight"].shape == (256, 128)
     assert params["post_expert_proj.weight"].shape == (128, 256)
     assert params["expert_combine.weight"].shape == (128,)
+    # both projections read whole tensors and ask for a split of their rows;
+    # a plain Linear's JSON leaves the field out (earlier graphs, same digests)
+    assert ffn["pre_expert_proj"].op.split_rows and ffn["post_expert_proj"].op.split_rows
+    assert "split_rows" not in model.layers[-1].node("q_proj").op.to_dict()
+    assert model_from_json(model_to_json(model)) == model
 
 
 def test_the_per_slot_forms_refuse_what_they_cannot_mean():
