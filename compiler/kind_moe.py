@@ -10,7 +10,8 @@ card's per-expert norm is the other form: the op emits its picks apart
 after it norms them once the sharding pass has all-reduced them, so any
 (ep, tp) is legal (compiler/kind_expert_combine.py).
 Buffers: the kernel library's expert slots (compiler/geometry/moe.py). Cost:
-the chosen experts' tiles fetched into the slots and their matmuls.
+the chosen experts' tiles fetched into the slots and their matmuls, and per
+slot the placing of each expert's output in its rows' slots (vector work).
 """
 
 from __future__ import annotations
@@ -111,12 +112,16 @@ def _moe_cost(cx, node, ph: dict) -> dict:
     e = cx.memory.experts_of(cx.ss.stack, node.name)
     fetches = e.max_distinct * e.chunks
     bw = _bw(cx.target, cx.ring + e.slots)
+    # per slot: each fetched expert placed once in its row's slot, a select and
+    # an add of [rows, hidden] for each of the top_k slots (kernels/moe_slots.py)
+    place = (e.max_distinct * node.op.top_k * cx.memory.rows_padded * e.hidden * 2
+             / c.vpu_f32_ops_per_s if node.op.per_slot else 0.0)
     return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,
                 floor_bytes=ph["floor_bytes"] + e.bytes_per_layer,
                 flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk
                 * format_factor(e.format),
                 outstanding=cx.ring + e.slots,
-                overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
+                overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s + place,
                 stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")
 
 

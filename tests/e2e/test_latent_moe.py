@@ -95,18 +95,20 @@ def test_drawn_latent_moe_cards_match_the_reference(devices):
 
 
 @pytest.mark.aot
-@pytest.mark.parametrize("allreduce", ["one_shot", "rs_ag"])
-def test_split_experts_and_projections_compile_for_tpu7x(allreduce, tmp_path):
-    """Mosaic takes the per-slot MoE, the picks' all-reduce in two pieces of
-    [rows, hidden] (top_k x latent = 2 x hidden), the combine and the
-    row-split projections' local slices (2 cores, tp = 2, bf16)."""
+@pytest.mark.parametrize("allreduce, chunks", [("one_shot", 1), ("rs_ag", 2)])
+def test_split_experts_and_projections_compile_for_tpu7x(allreduce, chunks, tmp_path):
+    """Mosaic takes the per-slot MoE (an expert's slices placed once, after
+    the last), the picks' all-reduce in two pieces of [rows, hidden] (top_k x
+    latent = 2 x hidden), the combine and the row-split projections' local
+    slices (2 cores, tp = 2, bf16)."""
     pytest.importorskip("libtpu")
     from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
     from megakernel.backends.pallas_tpu.codegen.load import compile_model
 
     model = build(in_dtype(TOP4, "bfloat16"))
     plan = plan_model(model, devices=2, batch=2, tokens=1,
-                      overrides=Overrides(moe_parallel="tp", allreduce=allreduce))
+                      overrides=Overrides(moe_parallel="tp", allreduce=allreduce,
+                                          slot_chunks=chunks))
     assert next(s for s in plan.collectives.sites if s.tensor == "slots").fold == 2
     compile_model(model, plan, tmp_path)
     result = aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import pallas as pl
 
 
 def slot_weights(w, picked, top_k: int):
@@ -38,9 +39,21 @@ def slot_of(picked, e):
     return rank, mine
 
 
-def add_to_slots(acc: tuple, y, rank, mine) -> tuple:
-    """Each slot accumulator plus y [RP, hidden] on the rows whose pick it is."""
-    return tuple(a + jnp.where(mine & (rank == j), y, 0.0) for j, a in enumerate(acc))
+def place(slot_acc, whole, y, picked, e, last, chunks: int):
+    """The running sum of an expert's slices after item y of global expert e;
+    after its last slice (an expert's slices are consecutive items) the sum is
+    added to slot_acc [top_k, RP, hidden] in each row's slot of it: placed
+    once per expert, since placing costs top_k selects of [RP, hidden] (the
+    cost model's per-slot term, compiler/kind_moe.py)."""
+    summed = whole + y if chunks > 1 else y
+
+    @pl.when(last)
+    def _():
+        rank, mine = slot_of(picked, e)
+        for j in range(slot_acc.shape[0]):
+            slot_acc[j] = slot_acc[j] + jnp.where(mine & (rank == j), summed, 0.0)
+
+    return jnp.where(last, 0.0, summed) if chunks > 1 else whole
 
 
 def slot_norm(y, w, eps: float, input_scaled: bool, offset: bool, dtype):
