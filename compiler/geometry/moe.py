@@ -88,7 +88,7 @@ def value_bytes(g: MoEGeometry, ss, node) -> int:
     expert's gate/up/product ([rows, shared width] f32); with expert biases, their
     tables ([experts_local, width] f32) and the weighted down biases ([rows, hidden]);
     with a per-expert norm, the expert's output summed over its slices and
-    normed ([rows, hidden] f32 each); per slot, the picks side by side."""
+    normed ([rows, hidden] f32 each); per slot, each pick's accumulator."""
     rp = g.rows_padded
     shared = node.op.num_shared_experts and ss.param(f"{node.name}.shared_up").shape[1]
     # gpt-oss: the layer's expert bias tables, read as values, and the down biases' sum.
@@ -96,7 +96,7 @@ def value_bytes(g: MoEGeometry, ss, node) -> int:
     if g.expert_bias:
         biases = g.experts_local * (2 * g.inter_local + g.hidden) + rp * g.hidden
     normed = 2 * rp * g.hidden * g.expert_output_norm
-    # per slot: the picks read back from slot_acc side by side, and the weights
+    # per slot: an accumulator per pick, and the weights (the sum's is unused)
     slots = rp * (g.top_k * g.hidden + g.top_k) * g.per_slot
     return 4 * (rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0)) + biases
                 + normed + slots)
@@ -116,9 +116,6 @@ def buffers(g: MoEGeometry) -> tuple[Need, ...]:
         Need("used_s", smem, (8, g.num_experts), i32, "the same, as scalars"),
         Need("uniq", smem, (g.experts_local,), i32, "picked local experts, ascending"))
     ids = Need("ids_sem", dma, (1,), "dma_semaphore", "used_v -> used_s")
-    if g.per_slot:     # each pick's output, summed over its slices first (moe_slots.py)
-        common += (Need("slot_acc", vmem, (g.top_k, g.rows_padded, h), "float32",
-                        "[slot] this core's partial of each row's picks"),)
     if not g.fmt:
         return common + (
             Need("gate_slots", vmem, (k, h, c), g.dtype, fetch),

@@ -102,7 +102,6 @@ class Buffers(NamedTuple):
     gate_scales: Any = None
     up_scales: Any = None
     down_scales: Any = None
-    slot_acc: Any = None
 
 
 def _matmul(x, w):
@@ -254,7 +253,7 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
             if g.expert_bias:
                 first = jnp.logical_and(bias_here, q % nc == 0)
                 y = y + jnp.where(first, _expert_row(biases[2], e_local, None, g), 0.0)
-            return acc, slots_lib.place(bufs.slot_acc, whole, y, picked, e, q % nc == nc - 1, nc)
+            return slots_lib.place(acc, whole, y, picked, e, q % nc == nc - 1, nc)
         if not g.expert_output_norm:
             return acc + wgt * y, whole
         # The norm reads the expert's whole output, its down bias included:
@@ -269,13 +268,11 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
         return acc, jnp.where(last, 0.0, summed)
 
     zeros = jnp.zeros((g.rows_padded, g.hidden), jnp.float32)
-    if g.per_slot:
-        bufs.slot_acc[...] = jnp.zeros(bufs.slot_acc.shape, jnp.float32)
-    acc, _ = jax.lax.fori_loop(0, n_items, item, (zeros, zeros))
+    first = (zeros,) * g.top_k if g.per_slot else zeros
+    acc, _ = jax.lax.fori_loop(0, n_items, item, (first, zeros))
     if g.per_slot:          # [RP, top_k x hidden] partial picks, [RP, top_k] weights
         rows = jax.lax.broadcasted_iota(jnp.int32, (g.rows_padded, g.top_k * g.hidden), 0)
-        picks = jnp.concatenate([bufs.slot_acc[j] for j in range(g.top_k)], axis=-1)
-        return (jnp.where(rows < g.rows, picks, 0.0),
+        return (jnp.where(rows < g.rows, jnp.concatenate(acc, axis=-1), 0.0),
                 slots_lib.slot_weights(combine, picked, g.top_k))
     if g.expert_bias and not g.expert_output_norm:     # normed experts added theirs
         down = _down_biases(g, combine, biases[2], expert_offset)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.experimental import pallas as pl
 
 
 def slot_weights(w, picked, top_k: int):
@@ -39,21 +38,25 @@ def slot_of(picked, e):
     return rank, mine
 
 
-def place(slot_acc, whole, y, picked, e, last, chunks: int):
-    """The running sum of an expert's slices after item y of global expert e;
-    after its last slice (an expert's slices are consecutive items) the sum is
-    added to slot_acc [top_k, RP, hidden] in each row's slot of it: placed
-    once per expert, since placing costs top_k selects of [RP, hidden] (the
-    cost model's per-slot term, compiler/kind_moe.py)."""
-    summed = whole + y if chunks > 1 else y
+def add_to_slots(acc: tuple, y, rank, mine) -> tuple:
+    """Each slot accumulator plus y [RP, hidden] on the rows whose pick it is."""
+    return tuple(a + jnp.where(mine & (rank == j), y, 0.0) for j, a in enumerate(acc))
 
-    @pl.when(last)
-    def _():
-        rank, mine = slot_of(picked, e)
-        for j in range(slot_acc.shape[0]):
-            slot_acc[j] = slot_acc[j] + jnp.where(mine & (rank == j), summed, 0.0)
 
-    return jnp.where(last, 0.0, summed) if chunks > 1 else whole
+def place(acc: tuple, whole, y, picked, e, last, chunks: int):
+    """(slot accumulators, running sum of an expert's slices) after item y of
+    global expert e: its slices are summed first and placed once, after the
+    last (an expert's slices are consecutive items), since placing costs
+    top_k selects of [RP, hidden] (the cost model's per-slot term,
+    compiler/kind_moe.py). The accumulators are loop values, not a planned
+    buffer: Mosaic reuses their VMEM across the layer's MoE nodes, where one
+    scratch per node would add up (4 MiB at Muse Spark's four body nodes)."""
+    if chunks == 1:
+        return add_to_slots(acc, y, *slot_of(picked, e)), whole
+    summed = whole + y
+    acc = jax.lax.cond(last, lambda a: add_to_slots(a, summed, *slot_of(picked, e)),
+                       lambda a: a, acc)
+    return acc, jnp.where(last, 0.0, summed)
 
 
 def slot_norm(y, w, eps: float, input_scaled: bool, offset: bool, dtype):
