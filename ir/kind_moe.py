@@ -1,10 +1,9 @@
 """Mixture of experts: the ``MoE`` op kind and the card's MoE FFN.
 
-After import: ``MoE`` is registered in ``OP_KINDS`` (kind ``moe``; ir/ops.py
-re-exports it), and the card's ``moe`` FFN (its block and size formula) in
-``FFNS`` (ir/card.py).
+After import: ``MoE`` is in ``OP_KINDS`` (kind ``moe``; ir/ops.py re-exports
+it), the card's ``moe`` FFN (its block, size formula) in ``FFNS`` (ir/card.py).
 
-The card's MoE FFN. Plain (no ``latent_size``, no norm of the weighted sum):
+The card's MoE FFN. Plain (no ``latent_size``, no ``expert_output_norm``):
 one ``MoE`` op on the normed input hn [H], its shared experts inside it.
 Otherwise the routed experts and everything around them are nodes of their own:
 
@@ -24,9 +23,8 @@ weighted sum's norm is an ``rmsnorm`` node, not part of the op: split over
 cores (experts, or each expert's width) the op's output is a partial sum, and
 the norm must read the whole sum; as the next node it does, after the
 all-reduce the sharding rules put there for any norm of a partial sum
-(compiler/shard_rules.py). The per-expert norm reads each pick's whole
-output: the op emits the picks apart (``per_slot``) and the combine node norms
-them after their all-reduce, so experts split over cores any way.
+(compiler/shard_rules.py). Likewise the per-expert norm: the op emits the picks
+apart (``per_slot``), the combine node norms them after their all-reduce.
 """
 
 from __future__ import annotations
@@ -81,12 +79,12 @@ class MoE(Op):
     post_expert_norm), y_k <- rms(y_k) * s, or with
     ``expert_output_norm_input_scaled`` y_k <- rms(round(y_k * s)) (rounded to
     the model dtype), s = 1 + w with ``expert_output_norm_offset``, else w.
-    In the op it needs each expert whole on one core (compiler/kind_moe.py);
-    the card builds the other form: ``per_slot`` emits each row's k picks unweighted, [top_k x hidden]
-    (slot j: its j-th picked expert by ascending id), and their weights
-    [top_k], for an ``expert_combine`` node (ir/kind_expert_combine.py) to
-    norm and sum after the slots' all-reduce, so experts split any way. A
-    norm of the weighted sum (Kimi K3) is an rmsnorm node after the op.
+    In the op it needs each expert whole on a core; the card builds instead
+    ``per_slot``: each row's k picks unweighted, [top_k x hidden] (slot j: its
+    j-th picked expert by ascending id), and their weights [top_k], for an
+    ``expert_combine`` node (ir/kind_expert_combine.py) to norm and sum after
+    the slots' all-reduce, so experts split any way. A norm of the weighted
+    sum (Kimi K3) is an rmsnorm node after the op.
     """
 
     kind: ClassVar[str] = "moe"
@@ -254,8 +252,8 @@ def _moe_block(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
         return b.add("moe", lambda: _moe_op(c, h, 0, True), (hn,), "ffn_out")
     width, x, inputs = m.latent_size or h, hn, (hn,)
     if m.latent_size:
-        x = b.add("pre_expert_proj", lambda: Linear(h, width, split_rows=True), (hn,),
-                  "x_latent")
+        # both projections read whole tensors: split by rows (Linear.split_rows)
+        x = b.add("pre_expert_proj", lambda: Linear(h, width, split_rows=True), (hn,), "x_latent")
         if m.latent_input_norm:
             x = b.add("pre_expert_norm", norm(c, width), (x,), "x_latent_normed")
         inputs = (x, hn)
@@ -273,9 +271,8 @@ def _moe_block(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
                        "routed_normed")
     out = "routed_out" if m.num_shared_experts else "ffn_out"
     if m.latent_size:
-        # both projections read whole tensors: split by rows (Linear.split_rows)
-        routed = b.add("post_expert_proj", lambda: Linear(width, h, split_rows=True),
-                       (routed,), out)
+        post = lambda: Linear(width, h, split_rows=True)  # noqa: E731
+        routed = b.add("post_expert_proj", post, (routed,), out)
     if not m.num_shared_experts:
         return routed
     shared = b.add("shared_experts", lambda: MLP(h, m.num_shared_experts * m.shared_intermediate,
