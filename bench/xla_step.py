@@ -52,6 +52,10 @@ def routed_moe(op, p, x, *, static: bool = False):
         return jax.vmap(lambda *we: expert_ffn(op, xr[None], *we)[0])(*w)
 
     per_choice = jax.vmap(row)(x, *picked)                                  # [n, k, H]
+    if op.per_slot:      # the picks apart by ascending id and their weights (kind_moe.moe)
+        order = jnp.argsort(ids, axis=-1)
+        per_choice = jnp.take_along_axis(per_choice, order[:, :, None], axis=1)
+        return per_choice.reshape(n, -1), jnp.take_along_axis(weights, order, axis=-1)
     out = jnp.einsum("nk,nkh->nh", weights, per_choice, precision=jax.lax.Precision.HIGHEST)
     return with_shared(op, p, x, out)
 

@@ -134,9 +134,13 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
             out.append(Phase(f"s{ss.stack}.{name}", ss.stack, ss.count, **ph))
             for red in ss.reductions:
                 if red.producer == node.name:
+                    # a partial wider than hidden moves in more pieces (a per-slot MoE's)
+                    site = ar.get(f"s{ss.stack}.allreduce.{red.tensor}")
+                    t = (collectives.spec(site.spec).site_seconds(site.fold, target)
+                         if site else seconds["allreduce"])
                     out.append(Phase(f"s{ss.stack}.allreduce.{_renamed(red.tensor, node.name, name)}",
                                      ss.stack, ss.count, kind="collective",
-                                     stall_s=seconds["allreduce"] + c.op_overhead_s))
+                                     stall_s=t + c.op_overhead_s))
         stacks.append(out)
     head_tiles = memory.stream.head
     hb = memory.stream.head_bytes

@@ -3,13 +3,15 @@
 Sharding: experts over ``ep`` groups of cores and each expert's intermediate
 width over the ``cores // ep`` cores of a group (the plan's ``moe_parallel``
 choice); the router is replicated, shared experts split like a dense MLP.
-A per-expert output norm reads each expert's whole output, so such an op
-takes only ep = cores (compiler/shard.py ``moe_degrees``): reducing each
-picked expert's partial output over the cores before its norm would cost an
-all-reduce of [rows, top_k x hidden] inside the op, which no collective site
-of the plan can be (sites lie between nodes).
+A per-expert output norm inside the op reads each expert's whole output, so
+such an op takes only ep = cores (compiler/shard.py ``moe_degrees``); the
+card's per-expert norm is the other form: the op emits its picks apart
+(``per_slot``: [rows, top_k x hidden], partial) and the expert_combine node
+after it norms them once the sharding pass has all-reduced them, so any
+(ep, tp) is legal (compiler/kind_expert_combine.py).
 Buffers: the kernel library's expert slots (compiler/geometry/moe.py). Cost:
-the chosen experts' tiles fetched into the slots and their matmuls.
+the chosen experts' tiles fetched into the slots and their matmuls, and per
+slot the placing of each expert's output in its rows' slots (vector work).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from megakernel.compiler.geometry import moe
 from megakernel.compiler.plan_buffers import BUFFERS, OpCtx, OpLayout
 from megakernel.compiler.plan_operands import CONSTANTS
 from megakernel.compiler.shard_pass import SHARDING, LayerSharding, ShardRule, lane_split, on_axis
-from megakernel.compiler.shard_records import Split
+from megakernel.compiler.shard_records import REP, Split
 from megakernel.errors import ShardingError
 from megakernel.ir.graph import OpNode
 
@@ -72,7 +74,9 @@ def _moe(ls: LayerSharding, node: OpNode):
     if op.expert_output_norm:
         ls.param(node, "expert_output_norm", (h,), (), "vector", "replicated")
     ls.experts.append((node.name, ep, tp, op.num_experts // ep, width.padded))
-    return ls.partial
+    # per_slot: the picks' outputs are partial sums like the weighted sum; their
+    # weights come from the replicated router, the same on every core
+    return (ls.partial, REP) if op.per_slot else ls.partial
 
 
 SHARDING.register("moe")(ShardRule(_moe))
@@ -98,7 +102,7 @@ def _moe_buffers(cx: OpCtx, node) -> OpLayout:
         expert_output_norm=op.expert_output_norm,
         expert_output_norm_eps=op.expert_output_norm_eps,
         expert_output_norm_input_scaled=op.expert_output_norm_input_scaled,
-        expert_output_norm_offset=op.expert_output_norm_offset)
+        expert_output_norm_offset=op.expert_output_norm_offset, per_slot=op.per_slot)
     return OpLayout("moe", g, moe.buffers(g), Kind.EXPERT_SLOTS, moe.value_bytes(g, cx.ss, node))
 
 
@@ -108,12 +112,16 @@ def _moe_cost(cx, node, ph: dict) -> dict:
     e = cx.memory.experts_of(cx.ss.stack, node.name)
     fetches = e.max_distinct * e.chunks
     bw = _bw(cx.target, cx.ring + e.slots)
+    # per slot: each fetched expert placed once in its row's slot, a select and
+    # an add of [rows, hidden] for each of the top_k slots (kernels/moe_slots.py)
+    place = (e.max_distinct * node.op.top_k * cx.memory.rows_padded * e.hidden * 2
+             / c.vpu_f32_ops_per_s if node.op.per_slot else 0.0)
     return dict(ph, other_bytes=ph["other_bytes"] + e.bytes_per_layer,
                 floor_bytes=ph["floor_bytes"] + e.bytes_per_layer,
                 flops=ph["flops"] + 2.0 * cx.rows_eff * fetches * 3 * e.hidden * e.chunk
                 * format_factor(e.format),
                 outstanding=cx.ring + e.slots,
-                overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s,
+                overhead_s=ph["overhead_s"] + fetches * c.tile_overhead_s + place,
                 stall_s=c.dma_latency_s + e.chunk_dma_bytes / bw, kind="compute")
 
 

@@ -128,8 +128,10 @@ def _sections(plan: Plan, md: bool) -> list[tuple[str, list[str]]]:
     for site in plan.collectives.sites:
         spec = plan.collectives.spec(site.spec)
         where = f"stack {site.stack}" if site.stack is not None else "once"
+        # a site wider than hidden (a per-slot MoE's picks) moves ``fold`` pieces
         rows.append((site.name, where, f"{site.producer} -> {site.consumer}", spec.algorithm,
-                     _size(spec.payload_bytes), spec.wire, f"{spec.seconds * 1e6:.1f}",
+                     _size(spec.payload_bytes * site.fold), spec.wire,
+                     f"{spec.site_seconds(site.fold, plan.target) * 1e6:.1f}",
                      site.parity(), site.overlap_count))
     out.append(("Collectives", _table(["site", "runs", "between", "algorithm", "payload",
                                        "wire", "modeled us", "parity", "tiles in flight"],

@@ -44,6 +44,16 @@ class CollectiveSpec:
     bytes_per_peer: int  # per phase
     seconds: float       # modeled
     buffers: tuple[Buffer, ...]
+    # Pieces of [rows, hidden] the slots hold: the widest partial the plan
+    # reduces (a per-slot MoE's [rows, top_k x latent]) over the hidden size.
+    fold: int = dataclasses.field(default=1, metadata={OMIT_DEFAULT: True})
+
+    def site_seconds(self, fold: int, target: Target) -> float:
+        """Modeled time of a site moving ``fold`` pieces: latency-bound phases
+        carry more bytes each (fold 1: ``seconds``)."""
+        if fold == 1:
+            return self.seconds
+        return self.phases * phase_seconds(self.bytes_per_peer * fold, target)
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,8 @@ class Collective:
     sum_order: tuple[int, ...]
     run: int = dataclasses.field(default=1, metadata={OMIT_DEFAULT: True})
     seq_skip: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
+    # pieces of [rows, hidden] the site moves (its tensor's width over hidden)
+    fold: int = dataclasses.field(default=1, metadata={OMIT_DEFAULT: True})
 
     def seq(self, k: int = 0) -> int:
         """Sequence number at run-layer index ``k``."""
@@ -103,7 +115,7 @@ class CollectivePlan:
     def remote_bytes(self, cores: int) -> int:
         """Bytes one core sends to its peers in one step (every site, every
         phase, N-1 peers): what a trace of the executed kernel must show."""
-        return sum(site.per_step * self.spec(site.spec).phases * (cores - 1)
+        return sum(site.per_step * self.spec(site.spec).phases * (cores - 1) * site.fold
                    * self.spec(site.spec).bytes_per_peer for site in self.sites)
 
 
@@ -125,7 +137,7 @@ def _sems(prefix: str, shape: tuple[int, ...], note: str) -> tuple[Buffer, ...]:
 
 
 def _allreduce(rows: int, hidden: int, wire: str, target: Target,
-               forced: str | None) -> CollectiveSpec:
+               forced: str | None, fold: int = 1) -> CollectiveSpec:
     n, item = target.cores, itemsize(wire)
     payload = (rows, hidden)
     nbytes = rows * hidden * item
@@ -138,19 +150,22 @@ def _allreduce(rows: int, hidden: int, wire: str, target: Target,
     else:
         algo = min(options, key=lambda a: options[a][0] * phase_seconds(options[a][1], target))
     phases, per_peer = options[algo]
+    # folded slots: a piece axis after the rank (kernels/collectives.py)
+    f, fn = ((fold,), ", piece") if fold > 1 else ((), "")
     if algo == "one_shot":
-        bufs = (_slots("allreduce.slots", (2, n, rows, hidden), wire,
-                       "[parity, sender] valid rows of the partials; own slot written locally"),)
+        bufs = (_slots("allreduce.slots", (2, n, *f, rows, hidden), wire,
+                       f"[parity, sender{fn}] valid rows of the partials; own slot written "
+                       "locally"),)
         bufs += _sems("allreduce", (2, n), "[parity, peer]")
     else:
-        bufs = (_slots("allreduce.stage", (2, rows, hidden), wire,
-                       "[parity] the partial's valid rows, while its chunks are sent"),)
-        bufs += tuple(_slots(f"allreduce.{ph}_slots", (2, n, rows, chunk), wire, note)
-                      for ph, note in (("rs", "[parity, sender] chunk c partials"),
-                                       ("ag", "[parity, owner] reduced chunks")))
+        bufs = (_slots("allreduce.stage", (2, *f, rows, hidden), wire,
+                       f"[parity{fn}] the partial's valid rows, while its chunks are sent"),)
+        bufs += tuple(_slots(f"allreduce.{ph}_slots", (2, n, *f, rows, chunk), wire, note)
+                      for ph, note in (("rs", f"[parity, sender{fn}] chunk c partials"),
+                                       ("ag", f"[parity, owner{fn}] reduced chunks")))
         bufs += _sems("allreduce", (2, 2, n), "[parity, phase, peer]")
     return CollectiveSpec("allreduce", "all_reduce", algo, payload, nbytes, wire, phases, per_peer,
-                          phases * phase_seconds(per_peer, target), bufs)
+                          phases * phase_seconds(per_peer, target), bufs, fold)
 
 
 def _slots(name: str, shape: tuple[int, ...], dtype: str, note: str) -> Buffer:
@@ -173,7 +188,9 @@ def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
     # and 4 cores, that keeps the logits within half the bf16 tolerance
     # (backends/pallas_tpu/check/against_reference.py, above TOL). f32 models keep f32.
     wire = request.overrides.wire or dtype
-    specs = [_allreduce(rows, hidden, wire, target, request.overrides.allreduce)]
+    specs = [_allreduce(rows, hidden, wire, target, request.overrides.allreduce,
+                        max((site_fold(st, r.tensor, hidden) for st in shard.stacks
+                             for r in st.reductions), default=1))]
     if request.overrides.logits == "argmax":
         shape = (n, rows, LANES)
         bufs = (_slots("argmax.values", shape, "float32", "[sender] per-row local max"),
@@ -204,6 +221,7 @@ def schedule_collectives(shard: ShardPlan, memory, specs: tuple[CollectiveSpec, 
     n = shard.cores
     order = tuple(range(n))
     ring = memory.stream.num_banks
+    hidden = specs[0].payload[1]          # the all-reduce's [rows, hidden]
     sites = []
     seq = 0
     if shard.embed == "vocab":
@@ -229,13 +247,19 @@ def schedule_collectives(shard: ShardPlan, memory, specs: tuple[CollectiveSpec, 
                 memory.point_index(f"s{st.stack}.allreduce.{red.tensor}"),
                 memory.point_of(st.stack, red.producer), memory.point_of(st.stack, red.consumer),
                 seq + before + q, stride, st.count * c, last + 1, ring, order,
-                c, per_rep - c * stride))
+                c, per_rep - c * stride, site_fold(st, red.tensor, hidden)))
         seq += per_rep * st.count
     head = specs[-1]
     sites.append(Collective(f"logits.{head.name}", head.name, None, "logits", "lm_head", "output",
                             memory.point_index("logits"), memory.point_index("lm_head"),
                             memory.point_index("epilogue"), 0, 0, 1, memory.stream.total, 0, order))
     return CollectivePlan(specs, tuple(sites))
+
+
+def site_fold(st, tensor: str, hidden: int) -> int:
+    """Pieces of [rows, hidden] an all-reduce of layer tensor ``tensor`` moves:
+    1 for hidden or narrower (zero-padded), more for a wider partial."""
+    return max(1, -(-st.width(tensor) // hidden))
 
 
 def _run_key(st, node: str) -> str:

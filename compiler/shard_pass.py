@@ -120,8 +120,10 @@ def layer_rules(layer: Layer, dtype: DType, cores: int, ep: int):
     for node in layer.nodes:
         with error_context(node.name):
             out = SHARDING(node.op.kind, node.name).forward(ls, node)
-        for t in node.outputs:
-            ls.state[t] = out
+        # one state for every output, or a tuple of one each (a per-slot MoE)
+        outs = out if isinstance(out, tuple) else (out,) * len(node.outputs)
+        for t, state in zip(node.outputs, outs):
+            ls.state[t] = state
     widths = tuple((t.name, _width(t.shape[0], ls.state.get(t.name, REP)))
                    for t in layer.tensors)
     return (tuple(ls.params), widths, tuple(ls.reductions), tuple(ls.heads),

@@ -54,6 +54,16 @@ def _linear(ls: LayerSharding, node: OpNode):
                      "replicated, added once after the all-reduce")
         return ls.partial
     want = ls.wants.get(node.outputs[0])
+    if want is None and op.split_rows and ls.cores > 1:
+        # row-parallel on a whole input: each core reads its slice of it (the
+        # kernel cuts it locally) and streams 1/N of the rows; a partial sum
+        rows = lane_split(op.in_features, ls.cores)
+        ls.param(node, "weight", shape, (on_axis(rows, 0),), "ring",
+                 "rows (a local slice of the whole input)")
+        if op.bias:
+            ls.param(node, "bias", (op.out_features,), (), "vector",
+                     "replicated, added once after the all-reduce")
+        return ls.partial
     if want is None:                              # nobody wants it split: keep it whole
         ls.param(node, "weight", shape, (), "ring", "replicated")
         if op.bias:

@@ -7,6 +7,6 @@ finds every kind. A new op kind adds its module here (docs/architecture.md,
 "Adding an op kind").
 """
 
-from megakernel.ir import (kind_attention, kind_elementwise, kind_gdn, kind_mla,  # noqa: F401
-                           kind_mlp, kind_moe, kind_norm_parts, kind_residual_gate,
-                           kind_rmsnorm)
+from megakernel.ir import (kind_attention, kind_elementwise, kind_expert_combine,  # noqa: F401
+                           kind_gdn, kind_mla, kind_mlp, kind_moe, kind_norm_parts,
+                           kind_residual_gate, kind_rmsnorm)

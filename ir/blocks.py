@@ -37,7 +37,9 @@ _CARD_FIELDS = {"eps": "norm_eps or post_norm_eps", "offset": "norm_offset",
                 "num_value_heads": "linear_attention.num_value_heads",
                 "key_dim": "linear_attention.key_head_dim",
                 "value_dim": "linear_attention.value_head_dim",
-                "conv_kernel": "linear_attention.conv_kernel"}
+                "conv_kernel": "linear_attention.conv_kernel",
+                "norm_eps": "moe.expert_output_norm_eps, else norm_eps",
+                "norm_input_scaled": "moe.expert_output_norm_input_scaled"}
 
 
 def with_card_field(err: IRError) -> IRError:
@@ -57,15 +59,22 @@ class LayerBuilder:
         self.nodes: list[OpNode] = []
         self.tensors: dict[str, TensorSpec] = {"x": TensorSpec("x", (hidden,))}
 
-    def add(self, name: str, make_op, inputs: tuple[str, ...], output: str) -> str:
+    def add(self, name: str, make_op, inputs: tuple[str, ...], output):
+        """Append op ``name``; ``output`` names its output tensor, or a tuple
+        names each of an op with several (returned as given)."""
+        outputs = output if isinstance(output, tuple) else (output,)
         with error_context(name):
             try:
                 op: Op = make_op()
             except IRError as err:
                 raise with_card_field(err) from None
-            (shape,) = op.infer(tuple(self.tensors[t].shape for t in inputs))
-        self.nodes.append(OpNode(name, op, inputs, (output,)))
-        self.tensors[output] = TensorSpec(output, shape)
+            shapes = op.infer(tuple(self.tensors[t].shape for t in inputs))
+            if len(shapes) != len(outputs):
+                raise IRError(f"op makes {len(shapes)} outputs, {len(outputs)} named: "
+                              f"{list(outputs)}", path="outputs")
+        self.nodes.append(OpNode(name, op, inputs, outputs))
+        for t, shape in zip(outputs, shapes):
+            self.tensors[t] = TensorSpec(t, shape)
         return output
 
     def layer(self, kind: str, output: str) -> Layer:

@@ -1,16 +1,16 @@
 """Mixture of experts: the ``MoE`` op kind and the card's MoE FFN.
 
-After import: ``MoE`` is registered in ``OP_KINDS`` (kind ``moe``; ir/ops.py
-re-exports it), and the card's ``moe`` FFN (its block and size formula) in
-``FFNS`` (ir/card.py).
+After import: ``MoE`` is in ``OP_KINDS`` (kind ``moe``; ir/ops.py re-exports
+it), the card's ``moe`` FFN (its block, size formula) in ``FFNS`` (ir/card.py).
 
-The card's MoE FFN. Plain (no ``latent_size``, no norm of the weighted sum):
+The card's MoE FFN. Plain (no ``latent_size``, no ``expert_output_norm``):
 one ``MoE`` op on the normed input hn [H], its shared experts inside it.
 Otherwise the routed experts and everything around them are nodes of their own:
 
     hn [H] -> pre_expert_proj (linear H -> L) [-> pre_expert_norm (rmsnorm L)]
            -> moe (MoE at hidden L; router_dim H: its router reads hn; with
-              expert_output_norm 'per_expert' each expert's output normed inside)
+              expert_output_norm 'per_expert' per_slot: slots and weights)
+          [-> expert_combine (expert_combine: 'per_expert' norm, weights, sum)]
           [-> expert_output_norm (rmsnorm L: 'weighted_sum')]
            -> post_expert_proj (linear L -> H)
           [+ shared_experts (mlp H -> S -> H on hn), shared_add]
@@ -23,8 +23,8 @@ weighted sum's norm is an ``rmsnorm`` node, not part of the op: split over
 cores (experts, or each expert's width) the op's output is a partial sum, and
 the norm must read the whole sum; as the next node it does, after the
 all-reduce the sharding rules put there for any norm of a partial sum
-(compiler/shard_rules.py). The per-expert norm cannot wait so long: it stays
-in the op, and the planner keeps each expert whole on one core for it.
+(compiler/shard_rules.py). Likewise the per-expert norm: the op emits the picks
+apart (``per_slot``), the combine node norms them after their all-reduce.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import ClassVar
 from megakernel.ir import limits, sizes
 from megakernel.ir.blocks import LayerBuilder, norm
 from megakernel.ir.card import FFN, FFNS, ModelConfig
+from megakernel.ir.kind_expert_combine import ExpertCombine
 from megakernel.ir.kind_mlp import MLP
 from megakernel.ir.kind_rmsnorm import RMSNorm
 from megakernel.ir.op_base import OP_KINDS, Add, Linear, Op, _expect_shapes
@@ -78,9 +79,12 @@ class MoE(Op):
     post_expert_norm), y_k <- rms(y_k) * s, or with
     ``expert_output_norm_input_scaled`` y_k <- rms(round(y_k * s)) (rounded to
     the model dtype), s = 1 + w with ``expert_output_norm_offset``, else w.
-    It needs each expert's whole output on one core, so the planner keeps
-    experts whole (compiler/kind_moe.py). A norm of the weighted sum (Kimi K3)
-    is an rmsnorm node after the op, which reads the summed partials.
+    In the op it needs each expert whole on a core; the card builds instead
+    ``per_slot``: each row's k picks unweighted, [top_k x hidden] (slot j: its
+    j-th picked expert by ascending id), and their weights [top_k], for an
+    ``expert_combine`` node (ir/kind_expert_combine.py) to norm and sum after
+    the slots' all-reduce, so experts split any way. A norm of the weighted
+    sum (Kimi K3) is an rmsnorm node after the op.
     """
 
     kind: ClassVar[str] = "moe"
@@ -111,6 +115,7 @@ class MoE(Op):
     expert_output_norm_eps: Float(*limits.NORM_EPS) = 1e-6
     expert_output_norm_input_scaled: Bool = False
     expert_output_norm_offset: Bool = False
+    per_slot: Bool = False
 
     def __post_init__(self):
         self._check_latent()
@@ -148,6 +153,10 @@ class MoE(Op):
         if self.renormalize_eps and not self.renormalize:
             raise _fail("renormalize_eps", f"renormalize_eps={self.renormalize_eps} with "
                         "renormalize=False: the weights are not renormalised")
+        if self.per_slot and (self.expert_output_norm or self.num_shared_experts):
+            raise _fail("per_slot", "per_slot=True (picks apart, for expert_combine) expects "
+                        f"expert_output_norm=False, num_shared_experts=0; found "
+                        f"{self.expert_output_norm}, {self.num_shared_experts}")
         if self.expert_output_norm_input_scaled and not self.expert_output_norm:
             raise _fail("expert_output_norm_input_scaled", "expert_output_norm_input_scaled="
                         "True with expert_output_norm=False: there is no norm to scale")
@@ -194,6 +203,8 @@ class MoE(Op):
     def infer(self, inputs):
         router = ((self.router_dim,),) if self.router_dim else ()
         _expect_shapes(self, inputs, ((self.hidden,),) + router)
+        if self.per_slot:       # each pick's output, and its weight (the module docstring)
+            return ((self.top_k * self.hidden,), (self.top_k,))
         return ((self.hidden,),)
 
 
@@ -212,10 +223,6 @@ def _moe_op(c: ModelConfig, width: int, router_dim: int, shared: bool) -> MoE:
     m = c.moe
     # the shared experts' width is the op's to check, wherever they are built
     _check_shared(m.num_shared_experts, m.shared_intermediate)
-    normed = m.expert_output_norm == "per_expert"
-    norm_fields = dict(expert_output_norm=True, expert_output_norm_eps=_norm_eps(c),
-                       expert_output_norm_input_scaled=m.expert_output_norm_input_scaled,
-                       expert_output_norm_offset=c.norm_offset) if normed else {}
     return MoE(width, m.num_experts, m.top_k, m.expert_intermediate, m.scoring,
                m.correction_bias, m.renormalize, m.routed_scaling,
                m.num_shared_experts if shared else 0, m.shared_intermediate if shared else 0,
@@ -223,7 +230,8 @@ def _moe_op(c: ModelConfig, width: int, router_dim: int, shared: bool) -> MoE:
                m.swiglu_alpha, n_group=m.n_group, topk_group=m.topk_group,
                shared_expert_gate=m.shared_expert_gate, router_dim=router_dim,
                router_logit_scale=m.router_logit_scale, router_f32=m.router_f32,
-               renormalize_eps=m.renormalize_eps, **norm_fields)
+               renormalize_eps=m.renormalize_eps,
+               per_slot=m.expert_output_norm == "per_expert")
 
 
 def _norm_eps(c: ModelConfig) -> float:
@@ -233,8 +241,8 @@ def _norm_eps(c: ModelConfig) -> float:
 
 def _split(c: ModelConfig) -> bool:
     """Whether the routed experts' output goes through nodes of its own
-    before the shared experts join it (latent projections, the sum's norm)."""
-    return bool(c.moe.latent_size) or c.moe.expert_output_norm == "weighted_sum"
+    before the shared experts join it (latent projections, a norm)."""
+    return bool(c.moe.latent_size) or c.moe.expert_output_norm != "none"
 
 
 def _moe_block(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
@@ -244,19 +252,27 @@ def _moe_block(c: ModelConfig, b: LayerBuilder, hn: str) -> str:
         return b.add("moe", lambda: _moe_op(c, h, 0, True), (hn,), "ffn_out")
     width, x, inputs = m.latent_size or h, hn, (hn,)
     if m.latent_size:
-        x = b.add("pre_expert_proj", lambda: Linear(h, width), (hn,), "x_latent")
+        # both projections read whole tensors: split by rows (Linear.split_rows)
+        x = b.add("pre_expert_proj", lambda: Linear(h, width, split_rows=True), (hn,), "x_latent")
         if m.latent_input_norm:
             x = b.add("pre_expert_norm", norm(c, width), (x,), "x_latent_normed")
         inputs = (x, hn)
-    routed = b.add("moe", lambda: _moe_op(c, width, h if m.latent_size else 0, False),
-                   inputs, "routed")
+    moe_op = lambda: _moe_op(c, width, h if m.latent_size else 0, False)  # noqa: E731
+    if m.expert_output_norm == "per_expert":
+        slots, weights = b.add("moe", moe_op, inputs, ("slots", "slot_weights"))
+        routed = b.add("expert_combine", lambda: ExpertCombine(
+            width, m.top_k, True, _norm_eps(c), m.expert_output_norm_input_scaled,
+            c.norm_offset), (slots, weights), "routed")
+    else:
+        routed = b.add("moe", moe_op, inputs, "routed")
     if m.expert_output_norm == "weighted_sum":
         routed = b.add("expert_output_norm",
                        lambda: RMSNorm(width, _norm_eps(c), c.norm_offset), (routed,),
                        "routed_normed")
     out = "routed_out" if m.num_shared_experts else "ffn_out"
     if m.latent_size:
-        routed = b.add("post_expert_proj", lambda: Linear(width, h), (routed,), out)
+        post = lambda: Linear(width, h, split_rows=True)  # noqa: E731
+        routed = b.add("post_expert_proj", post, (routed,), out)
     if not m.num_shared_experts:
         return routed
     shared = b.add("shared_experts", lambda: MLP(h, m.num_shared_experts * m.shared_intermediate,

@@ -92,12 +92,24 @@ OP_KINDS: Registry[type[Op]] = Registry("op kind", "ir/kind_*.py (linear, add: i
 
 @node
 class Linear(Op):
-    """y = x @ W (+ b); W is stored [in_features, out_features]."""
+    """y = x @ W (+ b); W is stored [in_features, out_features].
+    ``split_rows``: where its input is held whole by every core, the planner
+    splits W's rows anyway (each core multiplies its slice of the input by its
+    rows; the partial sums are all-reduced after), so each core streams 1/N of
+    a big projection between replicated tensors for one all-reduce (the
+    latent MoE's projections, ir/kind_moe.py)."""
 
     kind: ClassVar[str] = "linear"
     in_features: Dim
     out_features: Dim
     bias: Bool = False
+    split_rows: Bool = False
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        if not self.split_rows:      # earlier graphs keep their JSON, plans their digests
+            del out["split_rows"]
+        return out
 
     def params(self, dtype):
         p = {"weight": ParamSpec((self.in_features, self.out_features), dtype)}

@@ -9,7 +9,8 @@ projection's and the residual add's in reference.py and weights.py;
 docs/architecture.md).
 """
 
-from megakernel.models import (kind_attention, kind_elementwise, kind_gdn,  # noqa: F401
+from megakernel.models import (kind_attention, kind_elementwise,  # noqa: F401
+                               kind_expert_combine, kind_gdn,
                                kind_mla, kind_mlp, kind_moe, kind_norm_parts,
                                kind_residual_gate, kind_rmsnorm)
 

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from megakernel import activations
 from megakernel.ir.ops import Scoring
+from megakernel.models.kind_expert_combine import slot_norm
 from megakernel.models.reference import REFERENCE, Array, activation, gated_ffn, matmul
 from megakernel.models.weights import INIT
 
@@ -71,27 +72,28 @@ def selection_margin(select: Array, k: int) -> Array:
 
 
 def expert_output_norm(op, w, y):
-    """Each expert's output y [..., hidden] normalised (``expert_output_norm``):
-    rms(y) * s, or input-scaled rms(round(y * s)) with the product rounded to
-    the dtype of the weight w (the model's); s = 1 + w with the offset, else w."""
-    s = w.astype(jnp.float32) + (1.0 if op.expert_output_norm_offset else 0.0)
-    if op.expert_output_norm_input_scaled:
-        y = (y * s).astype(w.dtype).astype(jnp.float32)
-    y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + op.expert_output_norm_eps)
-    return y if op.expert_output_norm_input_scaled else y * s
+    """Each expert's output y [..., hidden] normalised in the op
+    (``expert_output_norm``; the combine's ``slot_norm`` with the op's fields)."""
+    return slot_norm(w, y, op.expert_output_norm_eps, op.expert_output_norm_input_scaled,
+                     op.expert_output_norm_offset)
 
 
 def moe(op, p, x, margins: list | None = None, router_x=None):
     """Every expert on every row, combined with the router's weights (zero for
     unselected experts): slow, and obviously equal to the routed sum. The
     router reads ``router_x`` (the op's second input), else x."""
-    ids, weights = route(op, p, x if router_x is None else router_x, margins)
+    ids, routed_w = route(op, p, x if router_x is None else router_x, margins)
     combine = jnp.zeros((x.shape[0], op.num_experts), jnp.float32)
-    combine = combine.at[jnp.arange(x.shape[0])[:, None], ids].add(weights)
+    combine = combine.at[jnp.arange(x.shape[0])[:, None], ids].add(routed_w)
     weights = [p["experts_gate"], p["experts_up"], p["experts_down"]]
     if op.expert_bias:
         weights += [p["experts_gate_bias"], p["experts_up_bias"], p["experts_down_bias"]]
     per_expert = jax.vmap(lambda *w: expert_ffn(op, x, *w))(*weights)      # [E, n, H]
+    if op.per_slot:     # each row's picks by ascending id, unweighted, and their weights
+        order = jnp.argsort(ids, axis=-1)
+        ids, picked = (jnp.take_along_axis(a, order, axis=-1) for a in (ids, routed_w))
+        slots = jnp.swapaxes(per_expert, 0, 1)[jnp.arange(x.shape[0])[:, None], ids]
+        return slots.reshape(x.shape[0], -1), picked
     if op.expert_output_norm:
         per_expert = expert_output_norm(op, p["expert_output_norm"], per_expert)
     out = jnp.einsum("ne,enh->nh", combine, per_expert, precision=jax.lax.Precision.HIGHEST)

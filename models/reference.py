@@ -157,7 +157,10 @@ def final_hidden(model: Model, weights, tokens, start_pos, caches, margins: list
                       for k in layer.params(model.dtype) if k.startswith(node.name + ".")}
             rule = (rules or {}).get(node.op.kind) or REFERENCE(node.op.kind,
                                                                  f"layers[{i}].{node.name}")
-            env[node.outputs[0]] = rule(node, params, [env[n] for n in node.inputs], ctx)
+            out = rule(node, params, [env[n] for n in node.inputs], ctx)
+            # an op of several outputs returns one array each (a per-slot MoE)
+            env.update(zip(node.outputs, out) if len(node.outputs) > 1 else
+                       ((node.outputs[0], out),))
         x = env[layer.output]
     x = rmsnorm(model.final_norm, {"weight": weights["final_norm.weight"]}, x)
     return x, caches

@@ -52,6 +52,8 @@ class MoEGeometry:
     expert_output_norm_eps: float = _omitted(1e-6)
     expert_output_norm_input_scaled: bool = _omitted(False)
     expert_output_norm_offset: bool = _omitted(False)
+    # each pick's output apart, for an expert_combine node (ir/kind_moe.py)
+    per_slot: bool = _omitted(False)
 
     def __post_init__(self):
         checks = [
@@ -86,7 +88,7 @@ def value_bytes(g: MoEGeometry, ss, node) -> int:
     expert's gate/up/product ([rows, shared width] f32); with expert biases, their
     tables ([experts_local, width] f32) and the weighted down biases ([rows, hidden]);
     with a per-expert norm, the expert's output summed over its slices and
-    normed ([rows, hidden] f32 each)."""
+    normed ([rows, hidden] f32 each); per slot, each pick's accumulator."""
     rp = g.rows_padded
     shared = node.op.num_shared_experts and ss.param(f"{node.name}.shared_up").shape[1]
     # gpt-oss: the layer's expert bias tables, read as values, and the down biases' sum.
@@ -94,8 +96,10 @@ def value_bytes(g: MoEGeometry, ss, node) -> int:
     if g.expert_bias:
         biases = g.experts_local * (2 * g.inter_local + g.hidden) + rp * g.hidden
     normed = 2 * rp * g.hidden * g.expert_output_norm
+    # per slot: an accumulator per pick, and the weights (the sum's is unused)
+    slots = rp * (g.top_k * g.hidden + g.top_k) * g.per_slot
     return 4 * (rp * (5 * g.num_experts + 3 * g.chunk + g.hidden + 3 * (shared or 0)) + biases
-                + normed)
+                + normed + slots)
 
 
 def scale_rows(g: MoEGeometry, rows: int) -> int:

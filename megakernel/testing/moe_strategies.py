@@ -22,10 +22,9 @@ def add_latent(draw, card, cores):
 
 def add_expert_norm(draw, card, cores):
     """A norm of each expert's output (input-scaled on a coin) or of their
-    weighted sum. The per-expert one keeps every expert whole on a core, so
-    it is drawn only where the experts divide over ``cores``."""
-    forms = ["weighted_sum"] + (["per_expert"] if card.moe.num_experts % cores == 0 else [])
-    form = draw(st.sampled_from(forms))
+    weighted sum; the per-expert one (normed after the picks' all-reduce)
+    splits the experts over ``cores`` any way the card allows."""
+    form = draw(st.sampled_from(["weighted_sum", "per_expert"]))
     scaled = form == "per_expert" and draw(st.booleans())
     return _moe(card, expert_output_norm=form, expert_output_norm_input_scaled=scaled,
                 expert_output_norm_eps=draw(st.sampled_from([None, 1e-8])))

@@ -9,7 +9,7 @@ import pytest
 from megakernel.compiler.pipeline import plan_model
 from megakernel.compiler.plan import Plan
 from megakernel.compiler.request import Overrides
-from megakernel.compiler.shard import legal_core_counts, shard_model
+from megakernel.compiler.shard import legal_core_counts, moe_degrees, shard_model
 from megakernel.errors import ShardingError
 from megakernel.ir.config import build
 from tests.latent_moe_cards import KIMI, MUSE
@@ -27,18 +27,27 @@ def _roles(plan):
     return {p.name: (p.shape, p.dtype, p.role) for p in plan.shard.stacks[-1].params}
 
 
-def test_muse_keeps_every_expert_whole_and_reduces_the_latent_sum():
+def test_muse_splits_its_experts_and_reduces_the_picks_before_their_norm():
     plan = plan_model(build(MUSE), devices=2, batch=2, tokens=1)
-    assert plan.shard.stacks[-1].experts == (("moe", 2, 1, 4, 256),)
-    assert dict(plan.choices)["moe_parallel"].startswith("ep=2 (expert_output_norm")
-    # The projections are ordinary linears reading replicated tensors: replicated
-    # weights (no split feeds them); the latent sum is all-reduced before the up
-    # projection, at the latent width, and nothing after it.
-    assert ("routed", "moe", "post_expert_proj") in _sites(plan)
+    assert plan.shard.stacks[-1].experts[0][1:3] in ((1, 2), (2, 1))
+    assert dict(plan.choices)["moe_parallel"].startswith(f"ep={plan.shard.ep} (modeled ep=1")
+    # The MoE op emits each row's picks apart ([rows, top_k x latent], partial);
+    # they are all-reduced before the combine that norms, weights and sums them,
+    # and the latent sum after it is whole: nothing reduced before post_expert_proj.
+    sites = _sites(plan)
+    assert ("slots", "moe", "expert_combine") in sites
+    assert not any(s[2] == "post_expert_proj" for s in sites)
+    assert plan.shard.stacks[-1].width("slots") == 2 * 128
     roles = _roles(plan)
-    assert roles["pre_expert_proj.weight"] == ((256, 128), "float32", "replicated")
-    assert roles["post_expert_proj.weight"] == ((128, 256), "float32", "replicated")
-    assert roles["moe.expert_output_norm"][2] == "replicated"
+    assert roles["expert_combine.weight"] == ((128,), "float32", "replicated")
+    # The latent projections read whole tensors but are split by rows
+    # (Linear.split_rows): each core streams half of them, and their partial
+    # outputs are all-reduced before the pre-norm and the residual add.
+    assert roles["pre_expert_proj.weight"] == ((128, 128), "float32",
+                                               "rows (a local slice of the whole input)")
+    assert roles["post_expert_proj.weight"][0] == (64 * 2, 256)
+    assert {("x_latent", "pre_expert_proj", "pre_expert_norm"),
+            ("ffn_out", "post_expert_proj", "ffn_residual")} <= sites
     bf16 = plan_model(build(dataclasses.replace(MUSE, dtype="bfloat16")), devices=1, batch=1,
                       tokens=1)
     assert _roles(bf16)["moe.router"] == ((256, 8), "float32", "replicated")   # router_f32
@@ -47,8 +56,11 @@ def test_muse_keeps_every_expert_whole_and_reduces_the_latent_sum():
 def test_kimi_norms_the_reduced_sum_and_adds_the_full_width_shared_experts():
     plan = plan_model(build(KIMI), devices=2, batch=2, tokens=1)
     sites = _sites(plan)
-    assert {("routed", "moe", "expert_output_norm"), ("shared", "shared_experts", "shared_add")
-            } <= sites
+    # the row-split up projection and the shared experts both end in partial
+    # sums: added as partials, reduced once before the residual add
+    assert {("routed", "moe", "expert_output_norm"), ("x_latent", "pre_expert_proj", "moe"),
+            ("ffn_out", "shared_add", "ffn_residual")} <= sites
+    assert not any(s[1] == "shared_experts" for s in sites)
     assert not any(s[1] == "post_expert_proj" for s in sites)
     roles = _roles(plan)
     assert roles["shared_experts.gate"][2] == "columns of intermediate"
@@ -56,23 +68,68 @@ def test_kimi_norms_the_reduced_sum_and_adds_the_full_width_shared_experts():
     assert plan.shard.stacks[-1].experts[0][1:3] in ((1, 2), (2, 1))
 
 
-def test_a_per_expert_norm_refuses_a_split_of_the_expert_width():
+@pytest.mark.parametrize("cores", [2, 4])
+def test_a_per_expert_norm_allows_every_split_of_the_experts(cores):
     model = build(MUSE)
-    assert shard_model(model, 2).ep == 2          # the default: the one legal split
-    for forced in ("tp", 1):
-        with pytest.raises(ShardingError) as info:
-            plan_model(model, devices=2, batch=1, tokens=1,
-                       overrides=Overrides(moe_parallel=forced))
-        assert "expert_output_norm" in info.value.message and "ep must be cores=2" in str(
-            info.value), str(info.value)
-    # with 6 experts, 4 cores would split them: not a legal core count here,
-    # though it is without the per-expert norm
+    assert moe_degrees(model, cores) == [d for d in (1, 2, 4) if d <= cores]
+    tp = plan_model(model, devices=cores, batch=1, tokens=1,
+                    overrides=Overrides(moe_parallel="tp"))
+    assert tp.shard.stacks[-1].experts == (("moe", 1, cores, 8, 128),)   # every expert, 1/N wide
+    ep = plan_model(model, devices=cores, batch=1, tokens=1,
+                    overrides=Overrides(moe_parallel="ep"))
+    assert ep.shard.stacks[-1].experts == (("moe", cores, 1, 8 // cores, 256),)
+    # the picks' all-reduce is costed at its own bytes: top_k x latent = 256
+    # features a row, the hidden size here, so one piece of the slots
+    site = next(s for s in tp.collectives.sites if s.tensor == "slots")
+    assert site.fold == 1
+    # 6 experts split over 4 cores only by their width now, as without the norm
     six = build(_moe(MUSE, num_experts=6))
-    plain = build(_moe(MUSE, num_experts=6, expert_output_norm="none",
-                       expert_output_norm_eps=None, expert_output_norm_input_scaled=False))
-    assert 4 not in legal_core_counts(six) and 4 in legal_core_counts(plain)
+    assert 4 in legal_core_counts(six)
+    assert shard_model(six, 4, moe_parallel="tp").ep == 1
     with pytest.raises(ShardingError, match="num_experts=\\[6\\]"):
-        shard_model(six, 4)
+        shard_model(six, 4, moe_parallel="ep")
+
+
+def test_tp_over_all_cores_streams_one_nth_of_the_projections_and_experts():
+    """A per-expert norm under moe_parallel='tp' on N cores: every expert on
+    every core at 1/N of its width, the two latent projections 1/N of their
+    rows each, at widths that split into whole 128-lane tiles (hidden 1024,
+    latent 512, expert width 1024 over 4 cores); four all-reduces per layer
+    (o_proj, pre_expert_proj, the picks, post_expert_proj)."""
+    card = _moe(dataclasses.replace(MUSE, hidden_size=1024, num_kv_heads=4),
+                latent_size=512, expert_intermediate=1024)
+    one = plan_model(build(card), devices=1, batch=1, tokens=1)
+    four = plan_model(build(card), devices=4, batch=1, tokens=1,
+                      overrides=Overrides(moe_parallel="tp"))
+    assert four.shard.stacks[-1].experts == (("moe", 1, 4, 8, 256),)
+    full = {p.name: p.nbytes for p in one.shard.stacks[-1].params}
+    core = {p.name: p.nbytes for p in four.shard.stacks[-1].params}
+    for name in ("pre_expert_proj.weight", "post_expert_proj.weight", "moe.experts_gate",
+                 "moe.experts_up", "moe.experts_down"):
+        assert core[name] * 4 == full[name], name
+    assert len(four.shard.stacks[-1].reductions) == 4
+    # the ring streams the projections' quarter: the phase's bytes say so
+    phases = {p.name: p for p in four.cost.phases}
+    assert phases["s0.pre_expert_proj"].hbm_bytes == full["pre_expert_proj.weight"] // 4
+
+
+def test_picks_wider_than_hidden_travel_in_pieces_and_cost_more():
+    """top_k x latent = 4 x 128 = 2 x hidden: the slots' all-reduce moves two
+    [rows, hidden] pieces, its slots hold two, and its modeled time is that of
+    its bytes (more than the hidden-width o_proj all-reduce's)."""
+    plan = plan_model(build(_moe(MUSE, top_k=4)), devices=2, batch=2, tokens=1,
+                      overrides=Overrides(moe_parallel="tp"))
+    site = next(s for s in plan.collectives.sites if s.tensor == "slots")
+    spec = plan.collectives.spec(site.spec)
+    assert (site.fold, spec.fold) == (2, 2)
+    assert spec.buffers[0].shape[2] == 2          # [parity, sender, piece, rows, hidden]
+    phases = {p.name: p for p in plan.cost.phases}
+    assert phases["s0.allreduce.slots"].stall_s > phases["s0.allreduce.attn_out"].stall_s
+    assert plan.collectives.remote_bytes(2) == sum(
+        s.per_step * s.fold * spec.phases * spec.bytes_per_peer
+        for s in plan.collectives.sites if s.spec == "allreduce") + sum(
+        s.per_step * plan.collectives.spec(s.spec).phases * plan.collectives.spec(s.spec)
+        .bytes_per_peer for s in plan.collectives.sites if s.spec != "allreduce")
 
 
 @pytest.mark.parametrize("card", [MUSE, KIMI], ids=["muse", "kimi"])
@@ -95,14 +152,13 @@ def test_a_latent_plan_round_trips_and_a_plain_one_writes_no_new_fields():
     back = Plan.from_json(text)
     assert back.digest() == plan.digest() and back.memory == plan.memory
     (g,) = [og.geometry for og in plan.memory.geometries if og.library == "moe"]
-    assert (g.expert_output_norm, g.expert_output_norm_input_scaled, g.renormalize_eps) == (
-        True, True, 1e-15)
+    assert (g.per_slot, g.expert_output_norm, g.renormalize_eps) == (True, False, 1e-15)
     # the geometry of a MoE without the new options writes none of their fields,
     # so earlier plans keep their JSON and digests
     plain = plan_model(build(_moe(KIMI, latent_size=0, expert_output_norm="none")), devices=1,
                        batch=1, tokens=1)
     (g,) = [og for og in plain.to_dict()["memory"]["geometries"] if og["library"] == "moe"]
-    assert not {"router_logit_scale", "expert_output_norm"} & set(g["geometry"])
+    assert not {"router_logit_scale", "expert_output_norm", "per_slot"} & set(g["geometry"])
 
 
 def test_the_full_size_muse_spark_card_plans_on_8_cores_with_nvfp4_experts():

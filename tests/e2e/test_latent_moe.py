@@ -1,11 +1,14 @@
 """The latent MoE's two forms (tests/latent_moe_cards.py) decoded through the
-kernel in strict interpret mode against the reference, on 1 and 2 cores:
+kernel in strict interpret mode against the reference, on 1, 2 and 4 cores:
 Muse Spark's (an f32 router with a logit scale on the full width, each
-expert's output input-scaled-normed; its experts whole on each core, so over
-2 cores expert parallel) and Kimi K3's (the latent sum's norm after its
-all-reduce, full-width shared experts beside it). The check's tolerances are
-its own (per dtype, backends/pallas_tpu/check); each case's measured error is
-given beside it as a fraction of the logits' and the caches' tolerance."""
+pick's output input-scaled-normed by the expert_combine node after the
+picks' all-reduce, so its experts split either way: every expert on every
+core split along its width, tp = cores, or whole experts over the cores, ep
+= cores), its latent projections split by rows over the cores; and Kimi
+K3's (the latent sum's norm after its all-reduce, full-width shared experts
+beside it). The check's tolerances are its own
+(per dtype, backends/pallas_tpu/check); each case's measured error is given
+beside it as a fraction of the logits' and the caches' tolerance."""
 
 import dataclasses
 
@@ -17,22 +20,33 @@ from megakernel.ir.config import build
 from tests.e2e.drawn import assert_plan_matches_reference
 from tests.latent_moe_cards import KIMI, MUSE, in_dtype
 
+TOP4 = dataclasses.replace(MUSE, moe=dataclasses.replace(MUSE.moe, top_k=4))
+MUSE4 = dataclasses.replace(MUSE, num_kv_heads=4)
 CASES = [  # (id, card, devices, batch, tokens, overrides); measured: logits, caches
-    ("muse-f32-1dev", MUSE, 1, 2, 1, {}),                    # 0.045, 0.067
-    ("muse-bf16-2dev", in_dtype(MUSE, "bfloat16"), 2, 2, 1, {}),    # 0.131, 0.194
-    ("kimi-f32-2dev-t2", KIMI, 2, 2, 2, {}),                 # 0.036, 0.075
+    ("muse-f32-1dev", MUSE, 1, 2, 1, {}),                    # 0.050, 0.092
+    ("muse-bf16-2dev-tp", in_dtype(MUSE, "bfloat16"), 2, 2, 1,
+     {"moe_parallel": "tp"}),                                # 0.150, 0.194
+    ("muse-bf16-2dev-ep", in_dtype(MUSE, "bfloat16"), 2, 2, 1,
+     {"moe_parallel": "ep"}),                                # 0.132, 0.194
+    ("kimi-f32-2dev-t2", KIMI, 2, 2, 2, {}),                 # 0.036, 0.069
     ("kimi-bf16-1dev", in_dtype(KIMI, "bfloat16"), 1, 3, 1, {}),    # 0.000 (1e-6 abs), 0.000
 ]
 SLOW = [
     # an expert in 2 slices: the per-expert norm of their sum
-    ("muse-f32-1dev-sliced", MUSE, 1, 2, 1, {"slot_chunks": 2}),       # 0.054, 0.079
+    ("muse-f32-1dev-sliced", MUSE, 1, 2, 1, {"slot_chunks": 2}),       # 0.044, 0.092
     ("kimi-bf16-2dev-ep", in_dtype(KIMI, "bfloat16"), 2, 2, 1,
-     {"moe_parallel": "ep"}),                                # 0.120, 0.190
-    ("muse-f32-4dev", dataclasses.replace(MUSE, num_kv_heads=4), 4, 2, 1, {}),  # 0.062, 0.113
+     {"moe_parallel": "ep"}),                                # 0.125, 0.190
+    ("muse-f32-4dev-tp", MUSE4, 4, 2, 1, {"moe_parallel": "tp"}),   # 0.057, 0.101
+    ("muse-f32-4dev-ep", MUSE4, 4, 2, 1, {"moe_parallel": "ep"}),   # 0.052, 0.126
+    # top_k x latent = 2 x hidden: the picks' all-reduce in two pieces, both algorithms
+    ("muse-top4-bf16-2dev-tp-rs", in_dtype(TOP4, "bfloat16"), 2, 2, 1,
+     {"moe_parallel": "tp", "allreduce": "rs_ag"}),          # 0.109, 0.197
     # gpt-oss's expert biases under a per-expert norm: each expert's down bias
-    # is part of the output its norm reads (a drawn card found it added after)
-    ("muse-bias-f32-2dev-sliced", dataclasses.replace(MUSE, moe=dataclasses.replace(
-        MUSE.moe, expert_bias=True)), 2, 2, 1, {"slot_chunks": 2}),  # 0.048, 0.118
+    # is part of the output its norm reads (a drawn card found it added after),
+    # added once per expert (one core of its width's split)
+    ("muse-bias-f32-2dev-sliced-tp", dataclasses.replace(MUSE, moe=dataclasses.replace(
+        MUSE.moe, expert_bias=True)), 2, 2, 1,
+     {"slot_chunks": 2, "moe_parallel": "tp"}),              # 0.052, 0.105
 ]
 
 
@@ -40,8 +54,8 @@ def _check(card, devices, batch, tokens, overrides):
     model = build(card)
     plan = plan_model(model, devices=devices, batch=batch, tokens=tokens,
                       overrides=Overrides(**overrides))
-    if card.moe.expert_output_norm == "per_expert":
-        assert plan.shard.ep == devices          # every expert whole on its core
+    wanted = {"tp": 1, "ep": devices}.get(overrides.get("moe_parallel"))
+    assert wanted is None or plan.shard.ep == wanted         # the split asked for
     return assert_plan_matches_reference(model, plan)
 
 
@@ -78,3 +92,25 @@ def test_drawn_latent_moe_cards_match_the_reference(devices):
                                                         tokens=1))
 
     prop()
+
+
+@pytest.mark.aot
+@pytest.mark.parametrize("allreduce, chunks", [("one_shot", 1), ("rs_ag", 2)])
+def test_split_experts_and_projections_compile_for_tpu7x(allreduce, chunks, tmp_path):
+    """Mosaic takes the per-slot MoE (an expert's slices placed once, after
+    the last), the picks' all-reduce in two pieces of [rows, hidden] (top_k x
+    latent = 2 x hidden), the combine and the row-split projections' local
+    slices (2 cores, tp = 2, bf16)."""
+    pytest.importorskip("libtpu")
+    from megakernel.backends.pallas_tpu.aot.tpu_compile import aot_compile
+    from megakernel.backends.pallas_tpu.codegen.load import compile_model
+
+    model = build(in_dtype(TOP4, "bfloat16"))
+    plan = plan_model(model, devices=2, batch=2, tokens=1,
+                      overrides=Overrides(moe_parallel="tp", allreduce=allreduce,
+                                          slot_chunks=chunks))
+    assert next(s for s in plan.collectives.sites if s.tensor == "slots").fold == 2
+    compile_model(model, plan, tmp_path)
+    result = aot_compile(tmp_path, plan, topology="tpu7x:2x2x1")
+    assert result.vmem_used_bytes is not None
+    assert result.vmem_used_bytes <= result.vmem_limit_bytes

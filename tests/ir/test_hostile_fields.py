@@ -38,6 +38,8 @@ VALID_OPS = {
                 scaling={"rope_type": "yarn", "factor": 4.0}, output_gate=True),
     "gated_deltanet": dict(num_key_heads=2, num_value_heads=4, key_dim=16, value_dim=16),
     "residual_gate": dict(dim=64, temperature=0.3),
+    "expert_combine": dict(hidden=128, top_k=2, norm_eps=1e-8, norm_input_scaled=True,
+                           norm_offset=True),
 }
 
 

@@ -11,6 +11,7 @@ import pytest
 from megakernel.errors import IRError
 from megakernel.ir import sizes
 from megakernel.ir.config import MoEConfig, build
+from megakernel.ir.kind_expert_combine import ExpertCombine
 from megakernel.ir.ops import MoE
 from megakernel.ir.serialize import model_from_json, model_to_json
 from megakernel.ir.types import DType
@@ -52,13 +53,16 @@ def test_card_fields_that_do_not_fit_together_are_refused_by_name(fields, named,
 @pytest.mark.parametrize("fields, named", [
     (dict(router_logit_scale=0.0), "router_logit_scale"),
     (dict(renormalize_eps=0.5), "renormalize_eps"),
-    (dict(expert_output_norm="per_expert", expert_output_norm_eps=0.0), "expert_output_norm_eps"),
+    (dict(expert_output_norm="per_expert", expert_output_norm_eps=0.0), "norm_eps"),
 ])
 def test_out_of_range_values_are_refused_by_the_op_naming_the_layer(fields, named):
     card = dataclasses.replace(MUSE, moe=dataclasses.replace(MUSE.moe, **fields))
     with pytest.raises(IRError) as info:
         build(card)
-    assert info.value.path == "layers.0.moe" and named in info.value.message, str(info.value)
+    # the per-expert norm's eps is the combine node's, its hint the card field
+    node = "expert_combine" if named == "norm_eps" else "moe"
+    assert info.value.path == f"layers.0.{node}" and named in info.value.message, str(info.value)
+    assert named != "norm_eps" or "expert_output_norm_eps" in info.value.hint
 
 
 def test_the_op_refuses_what_its_card_block_never_builds():
@@ -89,22 +93,43 @@ def _ffn(model):
     return {n.name: n for n in layer.nodes[names.index("post_norm") + 1:-1]}
 
 
-def test_muse_sparks_form_is_a_latent_block_with_the_norm_inside_the_op():
+def test_muse_sparks_form_is_a_latent_block_with_picks_normed_by_the_combine():
     model = build(MUSE)
     ffn = _ffn(model)
-    assert list(ffn) == ["pre_expert_proj", "pre_expert_norm", "moe", "post_expert_proj"]
+    assert list(ffn) == ["pre_expert_proj", "pre_expert_norm", "moe", "expert_combine",
+                         "post_expert_proj"]
     op = ffn["moe"].op
     assert ffn["moe"].inputs == ("x_latent_normed", "h_ffn")
+    assert ffn["moe"].outputs == ("slots", "slot_weights")
     assert (op.hidden, op.router_dim, op.router_f32, op.router_logit_scale) == (
         128, 256, True, 2 ** -2.5)
-    assert (op.expert_output_norm, op.expert_output_norm_eps, op.expert_output_norm_input_scaled,
-            op.expert_output_norm_offset, op.renormalize_eps) == (True, 1e-8, True, True, 1e-15)
+    assert (op.per_slot, op.expert_output_norm, op.renormalize_eps) == (True, False, 1e-15)
+    assert op.infer(((128,), (256,))) == ((2 * 128,), (2,))
+    comb = ffn["expert_combine"]
+    assert comb.inputs == ("slots", "slot_weights") and comb.outputs == ("routed",)
+    assert (comb.op.hidden, comb.op.top_k, comb.op.norm, comb.op.norm_eps,
+            comb.op.norm_input_scaled, comb.op.norm_offset) == (128, 2, True, 1e-8, True, True)
     norm = ffn["pre_expert_norm"].op
     assert (norm.dim, norm.eps, norm.offset) == (128, MUSE.norm_eps, True)
     params = model.layers[-1].params(model.dtype)
     assert params["pre_expert_proj.weight"].shape == (256, 128)
     assert params["post_expert_proj.weight"].shape == (128, 256)
-    assert params["moe.expert_output_norm"].shape == (128,)
+    assert params["expert_combine.weight"].shape == (128,)
+    # both projections read whole tensors and ask for a split of their rows;
+    # a plain Linear's JSON leaves the field out (earlier graphs, same digests)
+    assert ffn["pre_expert_proj"].op.split_rows and ffn["post_expert_proj"].op.split_rows
+    assert "split_rows" not in model.layers[-1].node("q_proj").op.to_dict()
+    assert model_from_json(model_to_json(model)) == model
+
+
+def test_the_per_slot_forms_refuse_what_they_cannot_mean():
+    with pytest.raises(IRError, match="per_slot") as info:
+        MoE(128, 8, 2, 256, per_slot=True, expert_output_norm=True)
+    assert "expert_output_norm=False" in info.value.message
+    with pytest.raises(IRError, match="norm_offset=True with norm=False"):
+        ExpertCombine(128, 2, norm=False, norm_offset=True)
+    with pytest.raises(IRError, match="per-token shapes"):
+        ExpertCombine(128, 2).infer(((128,), (2,)))
 
 
 def test_kimi_k3s_form_norms_the_sum_and_adds_full_width_shared_experts():

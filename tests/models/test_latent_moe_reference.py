@@ -38,8 +38,9 @@ def _ffn_reference(model, weights, hn):
     for node in layer.nodes[names.index("post_norm") + 1:-1]:
         params = {k.split(".")[-1]: weights[f"layers.{i}.{k}"]
                   for k in layer.params(model.dtype) if k.startswith(node.name + ".")}
-        env[node.outputs[0]] = R.REFERENCE(node.op.kind, node.name)(
+        out = R.REFERENCE(node.op.kind, node.name)(
             node, params, [env[t] for t in node.inputs], ctx)
+        env.update(zip(node.outputs, out if len(node.outputs) > 1 else (out,)))
     return np.asarray(env["ffn_out"], np.float64)
 
 
@@ -72,7 +73,7 @@ def _numpy_muse(hn, w, card):
         xl = _rms(xl, card.norm_eps) * (1 + w["pre_expert_norm.weight"])
         m = 0
         for e, wt in zip(ids, wts):
-            y = _expert(xl, w, e) * (1 + w["moe.expert_output_norm"])    # round: f32 no-op
+            y = _expert(xl, w, e) * (1 + w["expert_combine.weight"])    # round: f32 no-op
             m = m + wt * _rms(y, moe.expert_output_norm_eps)
         out.append(m @ w["post_expert_proj.weight"])
     return np.stack(out)

@@ -149,12 +149,13 @@ class StackCtx:
         else:                    # a run of one layer: k is the repetition
             par = _parity(site.seq_offset, (("k", site.seq_stride + site.seq_skip),))
         call = frame.allreduce_call(v(tensor), par, site.name)
-        width, full = self.shard.width(tensor), self.model.hidden_size
-        if width == full:
+        width, lanes = self.shard.width(tensor), self.model.hidden_size * site.fold
+        if width == lanes:
             return [call]
         # A narrower partial (e.g. a per-row statistic) rides in the all-reduce's
-        # [rows, hidden] slots, zero-padded.
-        return [f"{v(tensor)} = rt.pad_lanes({v(tensor)}, {literal(full)})", call,
+        # [rows, hidden] slots, zero-padded; a wider one (a per-slot MoE's picks)
+        # in whole pieces of hidden lanes (``site.fold``), the last zero-padded.
+        return [f"{v(tensor)} = rt.pad_lanes({v(tensor)}, {literal(lanes)})", call,
                 f"{v(tensor)} = {v(tensor)}[:, :{literal(width)}]"]
 
 
@@ -175,8 +176,16 @@ def _parity(offset: int, terms) -> str:
 
 @EMITTERS.register("linear")
 def _linear(c: StackCtx, n) -> list[str]:
-    out = n.outputs[0]
-    lines = [c.linear(v(out), v(n.inputs[0]), f"{n.name}.weight", c.shard.width(out))]
+    out, x = n.outputs[0], v(n.inputs[0])
+    lines = []
+    rows = c.shard.param(f"{n.name}.weight").splits
+    if rows and rows[0].axis == 0 and c.shard.width(n.inputs[0]) == n.op.in_features:
+        # row-parallel on a whole input (Linear.split_rows): this core's slice
+        r = rows[0]
+        lines.append(f"x_rows = rt.local_slice({x}, me, {literal(r.parts)}, "
+                     f"{literal(r.stride)}, {literal(r.padded)})")
+        x = "x_rows"
+    lines.append(c.linear(v(out), x, f"{n.name}.weight", c.shard.width(out)))
     lines += c.reduce(n.name, out)          # a row-parallel bias is added once, after it
     if n.op.bias:
         lines.append(f"{v(out)} = {v(out)} + {c.vec(n.name + '.bias')}")

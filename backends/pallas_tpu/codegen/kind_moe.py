@@ -41,9 +41,10 @@ def _moe(c: StackCtx, n) -> list[str]:
     # A latent MoE's router reads its second input, the full-width one; an
     # f32 router (Muse Spark) multiplies in full f32 precision, as the reference.
     router_x = v(n.inputs[1]) if op.router_dim else x
+    outs = ", ".join(v(t) for t in n.outputs)      # per slot: the picks and their weights
     lines = [c.linear("router_logits", router_x, f"{n.name}.router", op.num_experts,
                       exact=op.router_f32),
-             f"{v(out)} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router_logits, {bias}, "
+             f"{outs} = {lib}.moe_routed({c.geometry(n.name)}, {x}, router_logits, {bias}, "
              f"{experts}, k, {first_expert(c, n.name)}, {c.buffers(n.name)}{extra})"]
     if op.num_shared_experts:
         width = c.shard.param(f"{n.name}.shared_up").shape[1]

@@ -143,6 +143,20 @@ def pad_lanes(x, width):
     return jnp.concatenate([x, jnp.zeros((x.shape[0], width - x.shape[1]), x.dtype)], axis=-1)
 
 
+def local_slice(x, me, parts, stride, padded):
+    """This core's slice of a whole x [rows, F]: features [me * stride, + stride)
+    (the last may be short), zero-padded to ``padded``: the input of a
+    row-parallel projection on a replicated tensor (its rows cut alike). A
+    select over the static slices: no dynamic lane offset."""
+    def piece(c):
+        part = x[:, c * stride:min((c + 1) * stride, x.shape[1])]
+        return part if part.shape[1] == padded else pad_lanes(part, padded)
+    out = piece(parts - 1)
+    for c in range(parts - 2, -1, -1):
+        out = jnp.where(me == c, piece(c), out)
+    return out
+
+
 def activation(kind, x):
     return activations.apply(kind, x)
 

@@ -98,14 +98,17 @@ class AllReduce(NamedTuple):
 def all_reduce(x, slots, send_sems, recv_sems, parity, me, n, local=False):
     """One-shot all-reduce of x [rows_padded, H] f32 through slots
     [2, n, rows, H]: the valid rows to every peer's slots[parity, me], then
-    the f32 sum of slots[parity, 0..n-1] in rank order."""
-    rows = slots.shape[2]
+    the f32 sum of slots[parity, 0..n-1] in rank order. Folded slots
+    [2, n, fold, rows, H] also take x [rows_padded, f x H] (f <= fold): its
+    f lane pieces travel as pieces 0..f-1 of the slot."""
+    rows, h = slots.shape[-2], slots.shape[-1]
+    f, at = _pieces(x, slots, h)
 
     def push(j):
         if local:
-            return _Local(slots.at[parity, me], slots.at[parity, j], recv_sems.at[parity, j])
+            return _Local(at(parity, me), at(parity, j), recv_sems.at[parity, j])
         return pltpu.make_async_remote_copy(
-            src_ref=slots.at[parity, me], dst_ref=slots.at[parity, me],
+            src_ref=at(parity, me), dst_ref=at(parity, me),
             send_sem=send_sems.at[parity, j], recv_sem=recv_sems.at[parity, me],
             device_id={"x": j})
 
@@ -113,16 +116,43 @@ def all_reduce(x, slots, send_sems, recv_sems, parity, me, n, local=False):
         if local:
             return push(j)
         return pltpu.make_async_remote_copy(
-            src_ref=slots.at[parity, j], dst_ref=slots.at[parity, j],
+            src_ref=at(parity, j), dst_ref=at(parity, j),
             send_sem=send_sems.at[parity, j], recv_sem=recv_sems.at[parity, j],
             device_id={"x": j})
 
-    slots[parity, me] = x[:rows].astype(slots.dtype)
+    _store_pieces(slots, (parity, me), x, f, rows, h)
     _each_peer(me, n, lambda j: push(j).start())
     _each_peer(me, n, lambda j: incoming(j).wait_recv())
-    acc = _sum_f32(lambda j: slots[parity, j], n)
+    acc = _unfold([_sum_f32(lambda j: _piece(slots, (parity, j), q), n) for q in range(f)])
     _each_peer(me, n, lambda j: push(j).wait_send())
     return _pad_rows(acc, x.shape[0])
+
+
+def _pieces(x, slots, h):
+    """(pieces f of x, slot view (parity, rank) -> the ref its pieces use)."""
+    if slots.ndim == 4:             # unfolded slots: x is one [rows, H] piece
+        return 1, lambda par, j: slots.at[par, j]
+    f = x.shape[1] // h
+    return f, lambda par, j: slots.at[par, j, pl.ds(0, f)]
+
+
+def _store_pieces(ref, index, x, f, rows, h):
+    """x's valid rows into ref[index] (unfolded) or its pieces 0..f-1."""
+    if ref.ndim == len(index) + 2:
+        ref[index] = x[:rows].astype(ref.dtype)
+        return
+    for q in range(f):
+        ref[index + (q,)] = x[:rows, q * h:(q + 1) * h].astype(ref.dtype)
+
+
+def _piece(ref, index, q):
+    """Piece q of ref[index] (the whole of it when ref is unfolded)."""
+    return ref[index] if ref.ndim == len(index) + 2 else ref[index + (q,)]
+
+
+def _unfold(pieces):
+    """[rows, H] pieces side by side along lanes: [rows, f x H]."""
+    return pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
 
 
 def _peer(a, b):
@@ -144,41 +174,55 @@ def all_reduce_rs_ag(x, stage, rs_slots, ag_slots, send_sems, recv_sems, parity,
     partial to core j's rs_slots[par, me]; core c sums its chunk in f32 in
     rank order. Phase 1: the reduced chunk, in the wire dtype, to every core's
     ag_slots[par, c]; every core (the owner too) reads the chunks back from
-    ag_slots. stage [2, rows, H] holds the partial while it is sent."""
-    rows, chunk = rs_slots.shape[2], rs_slots.shape[-1]
+    ag_slots. stage [2, rows, H] holds the partial while it is sent. Folded
+    buffers (a fold axis after the rank: stage [2, fold, rows, H]) take x
+    [rows_padded, f x H] as f pieces, each chunked alike."""
+    rows, chunk = rs_slots.shape[-2], rs_slots.shape[-1]
+    h = stage.shape[-1]
+    folded = stage.ndim == 4
+    f = x.shape[1] // h if folded else 1
+    pf = (pl.ds(0, f),) if folded else ()       # the pieces in use of a folded buffer
+
+    def chunk_of(j):        # stage's chunk j, every piece in use
+        return stage.at[(parity,) + pf + (slice(None), pl.ds(j * chunk, chunk))]
 
     def scatter(j, src):   # src's chunk j -> core j's rs_slots[par, src]
         if local:          # the link's peer p: chunk p -> this core's rs_slots[par, p]
             p = _peer(j, src)
-            return _Local(stage.at[parity, :, pl.ds(p * chunk, chunk)], rs_slots.at[parity, p],
+            return _Local(chunk_of(p), rs_slots.at[(parity, p) + pf],
                           recv_sems.at[parity, 0, p])
         return pltpu.make_async_remote_copy(
-            src_ref=stage.at[parity, :, pl.ds(j * chunk, chunk)],
-            dst_ref=rs_slots.at[parity, src], send_sem=send_sems.at[parity, 0, j],
+            src_ref=chunk_of(j), dst_ref=rs_slots.at[(parity, src) + pf],
+            send_sem=send_sems.at[parity, 0, j],
             recv_sem=recv_sems.at[parity, 0, src], device_id={"x": j})
 
     def gather(j, src):    # src's reduced chunk -> core j's ag_slots[par, src]
         if local:
             p = _peer(j, src)
-            return _Local(ag_slots.at[parity, me], ag_slots.at[parity, p],
+            return _Local(ag_slots.at[(parity, me) + pf], ag_slots.at[(parity, p) + pf],
                           recv_sems.at[parity, 1, p])
         return pltpu.make_async_remote_copy(
-            src_ref=ag_slots.at[parity, src], dst_ref=ag_slots.at[parity, src],
+            src_ref=ag_slots.at[(parity, src) + pf], dst_ref=ag_slots.at[(parity, src) + pf],
             send_sem=send_sems.at[parity, 1, j], recv_sem=recv_sems.at[parity, 1, src],
             device_id={"x": j})
 
-    stage[parity] = x[:rows].astype(stage.dtype)
+    _store_pieces(stage, (parity,), x, f, rows, h)
     own = pltpu.make_async_copy(
-        stage.at[parity, :, pl.ds(pl.multiple_of(me * chunk, 128), chunk)],
-        rs_slots.at[parity, me], recv_sems.at[parity, 0, me])
+        stage.at[(parity,) + pf + (slice(None), pl.ds(pl.multiple_of(me * chunk, 128), chunk))],
+        rs_slots.at[(parity, me) + pf], recv_sems.at[parity, 0, me])
     own.start()
     _each_peer(me, n, lambda j: scatter(j, me).start())
     own.wait()
     _each_peer(me, n, lambda j: scatter(me, j).wait_recv())
-    ag_slots[parity, me] = _sum_f32(lambda j: rs_slots[parity, j], n).astype(ag_slots.dtype)
+    for q in range(f):
+        mine = (parity, me, q) if folded else (parity, me)
+        ag_slots[mine] = _sum_f32(lambda j: _piece(rs_slots, (parity, j), q),
+                                  n).astype(ag_slots.dtype)
     _each_peer(me, n, lambda j: gather(j, me).start())
     _each_peer(me, n, lambda j: gather(me, j).wait_recv())
-    out = jnp.concatenate([ag_slots[parity, j].astype(jnp.float32) for j in range(n)], axis=-1)
+    out = _unfold([jnp.concatenate([_piece(ag_slots, (parity, j), q)
+                                    .astype(jnp.float32) for j in range(n)], axis=-1)
+                   for q in range(f)])
     _each_peer(me, n, lambda j: scatter(j, me).wait_send())
     _each_peer(me, n, lambda j: gather(j, me).wait_send())
     return _pad_rows(out, x.shape[0])

@@ -45,6 +45,9 @@ static_items: a profile build's fixed count of expert items (the kernel's
 per-expert norm's weight [1, hidden] f32. Returns the
 sum over this core's selected experts of weight * expert(x) for valid rows and
 0 for padding rows; summing partials over cores gives the routed output.
+With ``per_slot`` it returns (slots [rows_padded, top_k x hidden] f32, each
+pick unweighted in its slot by ascending expert id, partial like the sum;
+weights [rows_padded, top_k] f32) for expert_combine (moe_slots.py).
 
 Why: the router and top-k run in vregs (moe_route.py: k rounds of row max +
 lowest index attaining it, which is lax.top_k's tie rule; no sort primitive
@@ -78,6 +81,7 @@ from megakernel.activations import clamped_swiglu
 # moe_lib.MoEGeometry.
 from megakernel.compiler.geometry.moe import (  # noqa: F401 - re-exported
     MoEGeometry, buffers, scale_rows, value_bytes)
+from megakernel.backends.pallas_tpu.kernels import moe_slots as slots_lib
 from megakernel.backends.pallas_tpu.kernels.moe_route import route
 
 HI = jax.lax.Precision.HIGHEST
@@ -138,13 +142,10 @@ def _down_biases(g: MoEGeometry, combine, table, expert_offset):
 
 def _output_norm(g: MoEGeometry, y, w):
     """One expert's whole output y [RP, hidden] normalised, as the reference's
-    ``expert_output_norm``: rms(y) * s, or rms(round(y * s)) input-scaled
-    (rounded to the model dtype); s = 1 + w with the offset, else w [1, hidden]."""
-    s = w + 1.0 if g.expert_output_norm_offset else w
-    if g.expert_output_norm_input_scaled:
-        y = (y * s).astype(jnp.dtype(g.dtype)).astype(jnp.float32)
-    y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + g.expert_output_norm_eps)
-    return y if g.expert_output_norm_input_scaled else y * s
+    ``expert_output_norm`` (moe_slots.slot_norm with the op's fields)."""
+    return slots_lib.slot_norm(y, w, g.expert_output_norm_eps,
+                               g.expert_output_norm_input_scaled,
+                               g.expert_output_norm_offset, g.dtype)
 
 
 def _glu(g: MoEGeometry, gate, up):
@@ -161,7 +162,7 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
     gate_b, up_b, down_b, sems = bufs.gate_slots, bufs.up_slots, bufs.down_slots, bufs.slot_sems
     gate_scales, up_scales, down_scales = bufs.gate_scales, bufs.up_scales, bufs.down_scales
     K, C, nc = g.slots, g.chunk, g.chunks
-    combine, used = route(g, logits, router_bias, logit_bias)
+    combine, used, picked = route(g, logits, router_bias, logit_bias)
     used_v[...] = jnp.broadcast_to(used, used_v.shape)
     cp = pltpu.make_async_copy(used_v, used_s, isem.at[0])
     cp.start()
@@ -248,6 +249,11 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
         act = _glu(g, gate, up)
         y = (_qmatmul(g, act, down_b.at[slot], down_scales[slot])
              if g.fmt else _matmul(act, down_b[slot]))
+        if g.per_slot:      # the pick's slot, unweighted; its down bias once per expert
+            if g.expert_bias:
+                first = jnp.logical_and(bias_here, q % nc == 0)
+                y = y + jnp.where(first, _expert_row(biases[2], e_local, None, g), 0.0)
+            return slots_lib.place(acc, whole, y, picked, e, q % nc == nc - 1, nc)
         if not g.expert_output_norm:
             return acc + wgt * y, whole
         # The norm reads the expert's whole output, its down bias included:
@@ -262,7 +268,12 @@ def moe_routed(g: MoEGeometry, x, logits, router_bias, experts_gate, experts_up,
         return acc, jnp.where(last, 0.0, summed)
 
     zeros = jnp.zeros((g.rows_padded, g.hidden), jnp.float32)
-    acc, _ = jax.lax.fori_loop(0, n_items, item, (zeros, zeros))
+    first = (zeros,) * g.top_k if g.per_slot else zeros
+    acc, _ = jax.lax.fori_loop(0, n_items, item, (first, zeros))
+    if g.per_slot:          # [RP, top_k x hidden] partial picks, [RP, top_k] weights
+        rows = jax.lax.broadcasted_iota(jnp.int32, (g.rows_padded, g.top_k * g.hidden), 0)
+        return (jnp.where(rows < g.rows, jnp.concatenate(acc, axis=-1), 0.0),
+                slots_lib.slot_weights(combine, picked, g.top_k))
     if g.expert_bias and not g.expert_output_norm:     # normed experts added theirs
         down = _down_biases(g, combine, biases[2], expert_offset)
         acc = acc + jnp.where(bias_here, down, 0.0)

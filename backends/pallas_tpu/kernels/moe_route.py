@@ -15,8 +15,8 @@ from megakernel.compiler.geometry.moe import MoEGeometry
 
 def route(g: MoEGeometry, logits, router_bias, logit_bias=None):
     """combine [RP, E] f32 from the router logits [RP, E] f32: row n's weight
-    for global expert e (0 if not picked or a padding row), and used [1, E]
-    int32: picked by any valid row."""
+    for global expert e (0 if not picked or a padding row), used [1, E]
+    int32: picked by any valid row, and picked [RP, E] bool (valid rows)."""
     if g.router_logit_scale != 1.0:      # as the reference: scaled, then biased
         logits = logits * g.router_logit_scale
     if g.router_logit_bias:
@@ -49,7 +49,7 @@ def route(g: MoEGeometry, logits, router_bias, logit_bias=None):
         w = w / (jnp.where(tot > 0, tot, 1.0) + g.renormalize_eps)
     w = w * g.routed_scaling
     used = jnp.max(picked.astype(jnp.int32), axis=0, keepdims=True)
-    return w, used
+    return w, used, picked
 
 
 def _group_limit(g: MoEGeometry, select, lane):
