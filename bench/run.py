@@ -20,7 +20,9 @@ stage costs only its own cells. Any stage that fails or is missing prints its
 error in its cell; no number is ever filled in for it.
 
 Outputs: ``bench/results/bench.json``, ``bench/results/timeline.png`` and the
-replay charts ``bench/results/replay_tiny-moe{,_sync}.png``.
+replay charts ``bench/results/replay_tiny-moe{,_sync}.png``. After the models:
+the weight-format rows (``bench/formats.py``) and Muse Spark against
+Inferact's twelve measured steps (``bench/musespark.py``, docs/musespark.md).
 
 This module runs the jobs and writes the results; ``bench/config.py`` names the
 models and fields, ``bench/record.py`` benches one model, ``bench/table.py``
@@ -44,7 +46,11 @@ from pathlib import Path  # noqa: E402
 
 from bench.config import (DEPTH_CUT, DEPTH_MODEL, FORMAT, INTERPRET, MODELS,  # noqa: E402
                           RESULTS, STAGES, TIMELINE_LAYERS, TIMELINE_MODEL, field)
+from bench.musespark import CARD as MUSE_CARD  # noqa: E402
 from bench.record import bench_model, error_text, libtpu_available  # noqa: E402
+
+
+MUSE_RESERVE = 600.0     # seconds kept for bench/musespark.py
 
 
 def _worker(args) -> None:
@@ -97,8 +103,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run")
     # 20 minutes held every stage up to the kernel's profile (1,051 s at a4b651f);
     # the XLA baseline adds 20-45 s a model (qwen3-8b/4 43 s, qwen3-30b-a3b/8 20 s).
-    p.add_argument("--budget", type=float, default=30 * 60,
-                   help="seconds for the whole bench (default 1800)")
+    # Muse Spark's six full-size AOT compiles take 36-90 s each (MUSE_RESERVE).
+    p.add_argument("--budget", type=float, default=40 * 60,
+                   help="seconds for the whole bench (default 2400)")
     p.add_argument("--models", default=None, help="comma-separated subset of the zoo")
     p.add_argument("--no-aot", action="store_true")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -111,8 +118,10 @@ def main(argv=None) -> int:
         return 0
 
     t0 = time.perf_counter()
-    deadline = t0 + args.budget - 45          # formats, timeline, JSON and table after the jobs
     wanted = set(args.models.split(",")) if args.models else None
+    muse_wanted = wanted is None or MUSE_CARD in wanted
+    # formats, timeline, JSON and table after the jobs, and Muse Spark's rows
+    deadline = t0 + args.budget - 45 - (MUSE_RESERVE if muse_wanted else 0)
     jobs = [(n, d, None) for n, d in MODELS if wanted is None or n in wanted]
     if wanted is None or DEPTH_MODEL in wanted:
         jobs.insert(len(INTERPRET), (DEPTH_MODEL, dict(MODELS)[DEPTH_MODEL], DEPTH_CUT))
@@ -140,7 +149,7 @@ def main(argv=None) -> int:
     from bench import musespark
 
     muse = None
-    if wanted is None or musespark.CARD in wanted:
+    if muse_wanted:
         muse = musespark.record(aot=not args.no_aot and libtpu_available(),
                                 deadline=t0 + args.budget)
     summary["total_s"] = time.perf_counter() - t0
