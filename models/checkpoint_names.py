@@ -129,7 +129,7 @@ def _muse_spark() -> dict[str, tuple[Source, ...]]:
                    ("ffn_residual.gate", "post_feedforward_residual_gate.gate"),
                    ("moe.router_bias", "mlp.gate.e_score_correction_bias"),
                    ("pre_expert_norm.weight", "mlp.pre_expert_norm.weight"),
-                   ("moe.expert_output_norm", "mlp.experts.post_expert_norm.weight")):
+                   ("expert_combine.weight", "mlp.experts.post_expert_norm.weight")):
         t[ir] = (Source(hf),)
     for ir, hf in (("gate_proj.weight", "self_attn.gate_proj.weight"),
                    ("pre_expert_proj.weight", "mlp.pre_expert_proj.weight"),

@@ -61,5 +61,6 @@ def _with_ffn_chain(layer, hidden: int, chain: list[str], factor: float):
             if "softcap" in chain:
                 f = b.add("ffn_softcap", lambda: Softcap(20.0), (f,), "ffn_capped")
             inputs = (x, f)
-        b.add(n.name, lambda op=n.op: op, inputs, n.outputs[0])
+        outs = n.outputs if len(n.outputs) > 1 else n.outputs[0]   # a per-slot MoE makes two
+        b.add(n.name, lambda op=n.op: op, inputs, outs)
     return b.layer(f"{layer.kind}_ew", layer.output)
