@@ -36,7 +36,9 @@ weight rate): fp8_b128 as they are, MXFP4's e2m1 turned into e4m3 bits
 exactly (value x 2^-6), int4 c as the e4m3 byte u = c + 8 (value u x 2^-9,
 exact: subnormals 0-7, then the first normal binade; the offset comes off
 each group's dot as 8 rowsum(x_g)). Their words are a plain bitcast of the
-codes, and each group's dot is scaled after it. Which path a format takes is
+codes, and each group's dot is scaled after it. int8 (``mxu="scaled"``)
+also ships a plain bitcast: its codes are converted to bf16 (exact) for a
+bf16-rate dot, and its per-column scale multiplies the output. Which path a format takes is
 measured: ``megakernel calibrate`` runs every format through each of its
 ``mxu_paths`` and a test holds ``mxu`` to the fastest (docs/formats.md).
 """
