@@ -36,7 +36,9 @@ weight rate): fp8_b128 as they are, MXFP4's e2m1 turned into e4m3 bits
 exactly (value x 2^-6), int4 c as the e4m3 byte u = c + 8 (value u x 2^-9,
 exact: subnormals 0-7, then the first normal binade; the offset comes off
 each group's dot as 8 rowsum(x_g)). Their words are a plain bitcast of the
-codes, and each group's dot is scaled after it. Which path a format takes is
+codes, and each group's dot is scaled after it. int8 (``mxu="scaled"``)
+also ships a plain bitcast: its codes are converted to bf16 (exact) for a
+bf16-rate dot, and its per-column scale multiplies the output. Which path a format takes is
 measured: ``megakernel calibrate`` runs every format through each of its
 ``mxu_paths`` and a test holds ``mxu`` to the fastest (docs/formats.md).
 """
@@ -53,6 +55,9 @@ WHOLE = 0
 # Codes whose values the MXU can take exactly as float8 e4m3 operands, each by
 # bitwise ops on the words (backends/pallas_tpu/kernels/dequant.py ``_float8``).
 FP8_CODES = ("float8_e4m3fn", "float4_e2m1fn", "int4")
+# Codes exact in bf16 whose per-output-column scale can wait for the dot's
+# output (``mxu="scaled"``; dequant.py ``_scaled_after``).
+SCALED_CODES = ("int8",)
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,11 @@ class Format:
     scale_bits: int
     about: str
     # How the codes reach the MXU: "dequant" (decoded, times their scales, in
-    # the model dtype) or "fp8" (as float8 e4m3 operands, exactly; each group's
-    # scales multiply the dot's output columns: x @ W = sum_g (x_g @ codes_g) s_g).
+    # the model dtype), "fp8" (as float8 e4m3 operands, exactly; each group's
+    # scales multiply the dot's output columns: x @ W = sum_g (x_g @ codes_g) s_g)
+    # or "scaled" (int8, per output column: the codes decoded to the model dtype,
+    # exactly, and the scale multiplies the dot's [B, N] output after the whole
+    # K sweep, x @ (q s) = (x @ q) s, instead of the [K, N] weights before it).
     mxu: str = "dequant"
 
     @property
@@ -79,6 +87,8 @@ class Format:
         """Every path the kernel has for these codes (``dequant.matmul``), the
         format's own (``mxu``) first; ``megakernel calibrate`` measures each."""
         paths = ("dequant", "fp8") if self.code in FP8_CODES else ("dequant",)
+        if self.code in SCALED_CODES and self.group_rows == WHOLE:
+            paths += ("scaled",)
         return (self.mxu, *(p for p in paths if p != self.mxu)) if not self.plain else ()
 
     @property
@@ -154,7 +164,7 @@ class Format:
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("plain", "", 0, WHOLE, 1, "", 0, "the model dtype, unquantized"),
     Format("int8", "int8", 8, WHOLE, 1, "bfloat16", 16,
-           "int8 codes, one bf16 scale per output channel"),
+           "int8 codes, one bf16 scale per output channel", "scaled"),
     *(Format(f"int4_g{g}", "int4", 4, g, 1, "bfloat16", 16,
              f"int4 codes, one bf16 scale per {g} inputs of each output", "fp8")
       for g in (32, 64, 128)),

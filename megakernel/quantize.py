@@ -41,6 +41,10 @@ int4) are not dequantised: their words are a plain bitcast of the codes
 the group's scales, and the reference computes the same
 sum_g (x_g @ codes_g) * s_g (``models/reference.py`` ``ScaledCodes``): the
 products are exact in f32 either way, so only the order of f32 sums differs.
+int8 (``Format.mxu == "scaled"``) likewise: its words are a plain bitcast, the
+kernel converts each chunk's codes to the model dtype (exact) for the dot and
+multiplies the summed [B, N] output by the per-column scales, and the
+reference's ``ScaledCodes`` (one group) does the same.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ import numpy as np
 from megakernel.formats import WHOLE, Format
 
 WORD_ROWS = 8          # word rows of one unit: one [8, 128] int32 tile
+# MXU paths whose words are a plain bitcast of the codes (``pltpu.bitcast``
+# reads them in the kernel): float8 operands, and int8 scaled after the dot.
+BITCAST_PATHS = ("fp8", "scaled")
 E2M1_MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
 
 
@@ -206,12 +213,12 @@ def decode_np(p: Packed) -> np.ndarray:
 
 def to_words(p: Packed) -> np.ndarray:
     """codes [..., K, N] -> int32 [..., K / per, N] in units (module docstring);
-    codes fed to the MXU as float8 (``Format.mxu == "fp8"``) as a plain
-    bitcast instead: word row r holds code rows per r .. per r + per - 1, the
+    codes fed to the MXU as float8 (``Format.mxu == "fp8"``) or int8 codes
+    scaled after the dot (``"scaled"``) as a plain bitcast instead: word row r holds code rows per r .. per r + per - 1, the
     first in the lowest bits (``pltpu.bitcast``'s order along the
     second-minor axis)."""
     bits = p.fmt.code_bits
-    if p.fmt.mxu == "fp8":
+    if p.fmt.mxu in BITCAST_PATHS:
         *lead, k, n = p.codes.shape
         per = 32 // bits
         raw = (p.codes.astype(np.int64) & ((1 << bits) - 1)).reshape(*lead, k // per, per, n)
@@ -246,7 +253,7 @@ def decode(fmt: Format, words, mxu: str | None = None):
         field = jnp.right_shift(top, 32 - bits)
         planes.append(field if fmt.code in ("int8", "int4")
                       else jnp.bitwise_and(field, (1 << bits) - 1))
-    if (mxu or fmt.mxu) == "fp8":    # bitcast order: field i of word row r is code row per r + i
+    if (mxu or fmt.mxu) in BITCAST_PATHS:   # field i of word row r is code row per r + i
         codes = jnp.stack(planes, axis=1).reshape(rows * per, n)
     else:
         codes = jnp.concatenate([p.reshape(rows // WORD_ROWS, WORD_ROWS, n) for p in planes],

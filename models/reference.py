@@ -42,7 +42,8 @@ class _Ctx:
 @jax.tree_util.register_pytree_node_class
 @dataclass(frozen=True)
 class ScaledCodes:
-    """A weight the MXU takes as float8 codes (``Format.mxu == "fp8"``): code
+    """A weight the MXU takes as codes scaled after the dot (``Format.mxu``
+    "fp8", or "scaled": int8, one group of all K inputs): code
     values [..., K, N] (f32, exact) and f32 scales [..., K/g, N] of groups of g
     inputs; ``dtype`` is the model dtype x is cast to. ``matmul`` computes
     sum_g (x_g @ codes_g) * scales_g, what the kernel's dot per group does."""
@@ -222,7 +223,7 @@ def as_jax(weights: dict[str, np.ndarray]) -> dict:
     def one(v):
         if not isinstance(v, Packed):
             return jnp.asarray(v)
-        if v.fmt.mxu == "fp8":       # code values (e4m3, e2m1, int4) are exact in f32
+        if v.fmt.mxu in ("fp8", "scaled"):   # code values (e4m3, e2m1, int4, int8): exact
             return ScaledCodes(jnp.asarray(decode_np(v)), jnp.asarray(v.scales, jnp.float32),
                                v.dtype)
         return dequantize_packed(v)

@@ -16,8 +16,10 @@ def cmd_calibrate(args) -> int:
 
     out = args.output or str(calibration.TABLE)
     command = "megakernel calibrate" + (f" --output {args.output}" if args.output else "")
+    if args.only:
+        command += " --only " + " ".join(args.only)
     with cli_args.progress("compiling the calibration micro-kernels with libtpu"):
-        table = calibrate(out, command=command)
+        table = calibrate(out, command=command, only=args.only)
     for name, r in sorted(table["rates"].items()):
         print(f"{name:42s} {r['value']:>14.6g} {r['unit']}")
     print(f"wrote {out} (libtpu {table['libtpu']})")
@@ -27,3 +29,7 @@ def cmd_calibrate(args) -> int:
 def _calibrate_args(p) -> None:
     p.add_argument("--output", "-o", default=None,
                    help="where to write the table (default: the table the compiler reads)")
+    p.add_argument("--only", nargs="+", default=None, metavar="KERNEL",
+                   help="re-measure only these micro-kernels (e.g. matmul.q.int8.kn "
+                        "matmul.q.int8_dequant.kn), keeping the table's other measurements "
+                        "(same libtpu and jax)")

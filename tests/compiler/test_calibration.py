@@ -40,8 +40,8 @@ def test_each_format_runs_its_cheapest_measured_path():
     a libtpu that reverses a choice fails here. libtpu 0.0.51, weights per
     cycle, own path vs the other: fp8_b128 4,681 (float8, block-diagonal)
     vs 224 (bf16 decode); mxfp4 4,539 vs 218; nvfp4 2,196 vs 214; int4_g32 /
-    g64 / g128 4,681 each (float8, u = c + 8) vs 889 / 940 / 952; int8 978
-    (dequant only)."""
+    g64 / g128 4,681 each (float8, u = c + 8) vs 889 / 940 / 952; int8
+    2,081 (scaled after the dot, bitcast codes) vs 978 (dequant)."""
     cal = calibration.load()
     quantized = [f for f in formats.FORMATS.values() if not f.plain]
     for f in quantized:
@@ -53,6 +53,7 @@ def test_each_format_runs_its_cheapest_measured_path():
             assert rate > other, (f.name, f.mxu, rate, path, other)
         assert cost.format_factor(f.name) == 2048 / rate
     assert formats.get("fp8_b128").mxu == "fp8"
+    assert formats.get("int8").mxu_paths == ("scaled", "dequant")
     assert cal.weights_per_cycle("q.fp8_b128", False, "t") > cal.weights_per_cycle(
         "bfloat16", False, "t")
 

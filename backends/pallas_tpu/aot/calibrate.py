@@ -32,12 +32,29 @@ def versions() -> dict:
     return {pkg: importlib.metadata.version(pkg) for pkg in ("libtpu", "jax")}
 
 
-def calibrate(path, *, chip: str = "tpu7x", command: str = "megakernel calibrate") -> dict:
-    """Measure every micro-kernel and write the table to ``path`` -> the table."""
+def calibrate(path, *, chip: str = "tpu7x", command: str = "megakernel calibrate",
+              only=None) -> dict:
+    """Measure every micro-kernel and write the table to ``path`` -> the table.
+    ``only``: re-measure just these kernels, keeping the other measurements of
+    the table at ``path``, which must come from the same libtpu and jax."""
+    import json
+    from pathlib import Path
+
     from megakernel.compiler import calibration
     from megakernel.compiler.target import make_target
 
-    measured = measure()
+    kept = {}
+    if only:
+        from megakernel.errors import EmitError
+
+        old = json.loads(Path(path).read_text())
+        stale = {k: (old.get(k), v) for k, v in versions().items() if old.get(k) != v}
+        if stale:
+            raise EmitError(f"calibrate --only keeps the table's other measurements, made "
+                            f"with other versions: {stale}", path="calibrate",
+                            hint="run the whole `megakernel calibrate`")
+        kept = old["measurements"]
+    measured = {**kept, **measure(only)}
     failed = {n: v for n, v in measured.items() if not isinstance(v, list)}
     if failed:
         from megakernel.errors import EmitError

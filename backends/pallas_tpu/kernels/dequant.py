@@ -27,9 +27,12 @@ def matmul(x, words, scales, fmt: str, dtype, dot, mxu: str | None = None):
     codes the MXU takes as they are (``Format.mxu``) goes through
     ``_scaled_fp8``; ``mxu`` overrides the format's path and the word layout
     it reads (the calibration measures every path of a format, each on the
-    layout ``quantize.to_words`` would give it)."""
+    layout ``quantize.to_words`` would give it). ``"scaled"`` (int8, one
+    scale per output column): the chunks' codes go to the dot decoded but
+    unscaled, and the scales multiply the summed [B, N] output."""
     f = formats.get(fmt)
-    if (mxu or f.mxu) == "fp8":
+    path = mxu or f.mxu
+    if path == "fp8":
         return _scaled_fp8(x, words, scales, fmt, dtype)
     per = 32 // f.code_bits
     rows, cols = words.shape[0] * per, words.shape[1]
@@ -40,10 +43,23 @@ def matmul(x, words, scales, fmt: str, dtype, dot, mxu: str | None = None):
     acc = None
     for r in range(0, rows, step):
         n = min(step, rows - r)
-        s = scales if scales.shape[0] == 1 else scales[r // g:(r + n) // g]
-        w = quantize.dequantize(f, words[pl.ds(r // per, n // per), :], s, dtype, mxu)
+        block = words[pl.ds(r // per, n // per), :]
+        if path == "scaled":         # the codes alone, exact in the model dtype
+            # (their words a plain bitcast, ``quantize.to_words``: libtpu
+            # 0.0.51 charges this convert 2,080 weights/cycle, the shift
+            # decode of the unit layout 1,280; x[8, 2048], N 1,024 -> 2,048)
+            w = pltpu.bitcast(block, jnp.int8).astype(dtype)
+        else:
+            s = scales if scales.shape[0] == 1 else scales[r // g:(r + n) // g]
+            w = quantize.dequantize(f, block, s, dtype, path)
         part = dot(x[:, r:r + n], w)
         acc = part if acc is None else acc + part
+    if path == "scaled":
+        # x @ (q s) = (x @ q) s per output column: one [B, N] multiply after
+        # the K sweep, where "dequant" multiplies all [K, N] weights before
+        # it; as the reference's ``ScaledCodes`` (one group), up to the order
+        # of f32 sums
+        acc = acc * scales.astype(jnp.float32)
     return acc
 
 
