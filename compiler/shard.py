@@ -26,7 +26,7 @@ import numpy as np
 
 from megakernel.compiler.layout import LANES, dtype_name, itemsize, round_up
 from megakernel.compiler.plan_json import OMIT_DEFAULT
-from megakernel.compiler.shard_formats import check_globals, format_params
+from megakernel.compiler.shard_formats import CUT_GROUPS, check_globals, format_params
 from megakernel.compiler.shard_rules import ParamShard, Reduction, Split, StateShard, layer_rules
 from megakernel.errors import IRError, PlanningError, ShardingError, error_context
 from megakernel.quantize import Packed
@@ -216,8 +216,15 @@ def shard_model(model: Model, cores: int, *, moe_parallel=None, embed: str = "vo
                 raise
             raise ShardingError(err.message, path=err.path,
                                 hint=f"use devices in {legal_core_counts(model)}") from None
-        params = format_params(params, layer_formats(model.quantize, st.layer),
-                               f"shard.layers.{st.start}")
+        try:
+            params = format_params(params, layer_formats(model.quantize, st.layer),
+                                   f"shard.layers.{st.start}")
+        except PlanningError as err:
+            if err.hint != CUT_GROUPS:
+                raise
+            raise PlanningError(err.message, path=err.path,
+                                hint=f"use devices in {legal_core_counts(model)}, or "
+                                     "another format for this weight kind") from None
         stacks.append(StackShard(i, st.start, st.count, st.period, params, widths, reductions,
                                  heads, experts, states, st.runs))
     check_globals(model.quantize)

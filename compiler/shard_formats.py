@@ -24,11 +24,17 @@ from megakernel.errors import PlanningError
 SCALE = "_scale"
 
 
+# The hint of a core's rows cutting scale groups; the shard stage names the
+# core counts that fit in its place.
+CUT_GROUPS = "use another core count or format"
+
+
 def scale_name(param: str) -> str:
     return param + SCALE
 
 
-def _scale_split(s: Split, k_axis: int, fmt: formats.Format, k: int) -> Split | None:
+def _scale_split(s: Split, k_axis: int, fmt: formats.Format, k: int,
+                 where: str) -> Split | None:
     if s.axis != k_axis:
         return s
     if fmt.group_rows == formats.WHOLE:
@@ -36,8 +42,8 @@ def _scale_split(s: Split, k_axis: int, fmt: formats.Format, k: int) -> Split | 
     g = fmt.group(k)
     if s.stride % g or s.padded % g:
         raise PlanningError(f"a core's {s.stride} input rows (padded to {s.padded}) cut the "
-                            f"{fmt.name} scale groups of {g}", path="shard",
-                            hint="use another core count or format")
+                            f"{fmt.name} scale groups of {g}", path=where,
+                            hint=CUT_GROUPS)
     return dataclasses.replace(s, stride=s.stride // g, padded=s.padded // g)
 
 
@@ -63,7 +69,8 @@ def format_params(params: tuple[ParamShard, ...], chosen: dict[str, str],
         out.append(dataclasses.replace(p, dtype=fmt.code, format=name))
         shape = list(p.full_shape)
         shape[k_axis] = k // fmt.group(k)
-        splits = tuple(s for s in (_scale_split(s, k_axis, fmt, k) for s in p.splits) if s)
+        splits = tuple(s for s in (_scale_split(s, k_axis, fmt, k, f"{where}.{p.name}")
+                                               for s in p.splits) if s)
         out.append(ParamShard(scale_name(p.name), tuple(shape), "float32", splits, p.channel,
                               f"scales of {p.name} ({name})", scale_of=p.name))
     return tuple(out)

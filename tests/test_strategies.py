@@ -105,3 +105,19 @@ def test_decode_cases_stay_inside_the_model(data):
     b, t = case.tokens.shape
     assert 1 <= b <= 3 and 1 <= t <= 2 and case.start.shape == (b,)
     assert (case.start + t <= 40).all() and (case.tokens < model.vocab_size).all()
+
+
+@pytest.mark.parametrize("cores", [2, 8])
+def test_quantized_latent_moe_cards_plan(cores):
+    """A latent MoE's projections are row-split: a format is drawn only where a
+    core's hidden and latent rows hold whole scale groups (planning only)."""
+    from megakernel.compiler.pipeline import plan_model
+
+    @settings(max_examples=15, deadline=None, database=None, phases=(Phase.generate,),
+              suppress_health_check=list(HealthCheck))
+    @given(model_configs(cores=cores, moe=True, max_layers=2,
+                         require=("moe_latent", "quantized_dense")))
+    def prop(card):
+        plan_model(build(card), devices=cores, batch=1, tokens=1)
+
+    prop()

@@ -242,7 +242,8 @@ def _fitting_formats(card: ModelConfig, cores: int, kind: str) -> list[str]:
     core's rows before padding: its groups must not be cut), by arithmetic
     (drawn on every coin): the hidden size and a latent MoE's width; for
     dense weights the output projection's heads per core x head_dim, the
-    MLP's and the shared experts' intermediate per core; for routed experts
+    MLP's and the shared experts' intermediate per core, a latent MoE's
+    row-split projections' hidden and latent per core; for routed experts
     their intermediate per core at every tensor-parallel degree the planner
     may pick. MLA cards refuse the features (mla_strategies.py)."""
     from megakernel import formats
@@ -255,6 +256,10 @@ def _fitting_formats(card: ModelConfig, cores: int, kind: str) -> list[str]:
     widths = [card.hidden_size] + latent
     if kind == "dense":
         widths += [card.num_q_heads // cores * card.head_dim, -(-card.intermediate_size // cores)]
+        if latent and cores > 1:
+            # the latent projections are row-split (Linear.split_rows): a core
+            # reads 1/cores of the hidden (pre) and of the latent (post) rows
+            widths += [-(-card.hidden_size // cores), -(-moe.latent_size // cores)]
         if moe is not None and moe.num_shared_experts:
             widths.append(-(-moe.num_shared_experts * moe.shared_intermediate // cores))
     elif moe is not None:
