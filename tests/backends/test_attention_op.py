@@ -137,6 +137,10 @@ def run_case(batch, tokens, kv_heads, group, head_dim, kv_tile, seq_tiles, windo
     (1, 1, 1, 4, 128, 32, 2, None, jnp.float32, [63]),            # T=1 at max_seq_len-1
     (2, 4, 1, 3, 128, 16, 3, 5, jnp.bfloat16, [30, 12]),          # small window
     (8, 1, 1, 1, 128, 16, 2, None, jnp.float32, [0, 1, 15, 16, 17, 30, 31, 8]),
+    # [128 rows, 256 keys] of scores pass 64 KiB (SCORE_BYTES): each 256-key
+    # tile is scored in a loop of two 128-key blocks
+    (8, 2, 1, 8, 64, 256, 2, None, jnp.float32, [0, 127, 128, 255, 256, 300, 383, 510]),
+    (4, 4, 1, 8, 64, 256, 2, 130, jnp.bfloat16, [0, 129, 260, 508]),
 ])
 def test_attend_cases(case):
     run_case(*case)
