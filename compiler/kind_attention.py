@@ -91,8 +91,11 @@ def _attention_buffers(cx: OpCtx, node) -> OpLayout:
         q_heads=q_l, kv_heads=kv_l, head_dim=op.head_dim, kv_tile=k.kv_tile,
         max_seq_len=cx.model.max_seq_len, scale=op.softmax_scale, window=op.sliding_window,
         cache_dtype=k.dtype, softcap=op.logit_softcap, sinks=op.sinks, steps=cx.request.steps)
+    # the next repetition's first window and cache tile are fetched right
+    # after this one's attend, and the windows' stores drain after the loop
+    # (kernels/attention.py prefetch, drain): its buffers span the stack
     return OpLayout("attention", g, attention.buffers(g), Kind.KV_TILES,
-                    attention.value_bytes(g))
+                    attention.value_bytes(g), stack_lifetime=True)
 
 
 COST.register("rope")(vector_op_cost)

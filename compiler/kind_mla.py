@@ -131,7 +131,10 @@ def _buffers(cx, node) -> OpLayout:
         rope_factor=op.attention_factor(), output_gate=op.output_gate, form=form,
         cache_dtype=kv.dtype, weight_dtype=weights[f"{node.name}.w_uk"].dtype,
         steps=cx.request.steps)
-    return OpLayout("mla", g, mla.buffers(g), Kind.KV_TILES, mla.value_bytes(g))
+    # the next repetition's first latent tile is fetched a layer ahead and the
+    # windows drain after the loop (kernels/mla_cache.py): buffers span the stack
+    return OpLayout("mla", g, mla.buffers(g), Kind.KV_TILES, mla.value_bytes(g),
+                    stack_lifetime=True)
 
 
 @COST.register("mla")

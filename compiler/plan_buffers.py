@@ -3,7 +3,9 @@
 After ``layer_buffers``: every op of every stack's layer has, through its
 ``BUFFERS`` rule, the geometry its kernel library runs with and one plan
 buffer for each buffer that library asks for (``Binding``: the library's
-argument name -> the plan buffer); every per-layer vector weight has a
+argument name -> the plan buffer; an op's own buffers are shared by every
+body position and stack that runs the same op at the same shape); every
+per-layer vector weight has a
 [2, 1, n] buffer indexed by layer parity; the loop-carried residual stream is
 one [rows, hidden] f32 buffer. Ops computed on values only (norms, rope,
 projections through the ring, adds) ask for nothing: Mosaic keeps their
@@ -12,6 +14,7 @@ values, and the plan accounts for that separately (``plan_memory.values``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from megakernel.compiler.buffers import Binding, Buffer, Kind, Need, OpGeometry, Space
@@ -29,13 +32,20 @@ class BufferTable:
         # into another (``merge``) only where none of them is taken there.
         self.tried: set[str] = set()
 
-    def add(self, b: Buffer, stack: int | None = None) -> str:
+    def add(self, b: Buffer, stack: int | None = None, *, shared: str | None = None) -> str:
+        """File ``b`` under its name (see the class), or first under ``shared``
+        when that name is free or holds a buffer of the same shape."""
+        if shared is not None:
+            self.tried.add(shared)
+            old = self._by_name.get(shared)
+            if old is None or _same_layout(old, b):
+                return self.add(dataclasses.replace(b, name=shared))
         self.tried.add(b.name)
         old = self._by_name.get(b.name)
         if old is None:
             self._by_name[b.name] = b
             return b.name
-        if (old.shape, old.dtype, old.space, old.role) == (b.shape, b.dtype, b.space, b.role):
+        if _same_layout(old, b):
             self._by_name[b.name] = Buffer(old.name, old.space, old.kind, old.shape, old.dtype,
                                            old.nbytes, min(old.first, b.first),
                                            max(old.last, b.last), old.note, old.role)
@@ -57,6 +67,10 @@ class BufferTable:
             return False
         self._by_name.update(part._by_name)
         return True
+
+
+def _same_layout(a: Buffer, b: Buffer) -> bool:
+    return (a.shape, a.dtype, a.space, a.role) == (b.shape, b.dtype, b.space, b.role)
 
 
 def sized(name: str, space: Space, kind: Kind, shape, dtype: str, first: int, last: int,
@@ -136,6 +150,12 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
             layout = BUFFERS(node.op.kind, f"layers[{s}].{node.name}")(cx, node)
             first, last_use = (mine[0], mine[-1]) if layout.stack_lifetime else (at, at)
             tensors = sum(rows_p * widths[t] * 4 for t in live[node.name])
+            # An op's own buffers (live at its program point only) are one
+            # allocation for every body position of the op (l0_moe, l1_moe: the
+            # layer-local name), as they are for the layers of a run and for
+            # stacks: the ops run one after another.
+            shared = (None if layout.stack_lifetime or st.period == 1
+                      else node.name.partition("_")[2])
             peak = max(peak, tensors + layout.values)
             if layout.geometry is not None:
                 geometries.append(OpGeometry(s, node.name, layout.library, layout.geometry))
@@ -144,7 +164,7 @@ def layer_buffers(table: BufferTable, model, shard, request, points, kv, experts
                     Kind.SCALARS if need.space == Space.SMEM else layout.kind)
                 name = table.add(sized(f"{node.name}.{need.name}", need.space, kind,
                                        need.shape, need.dtype, first, last_use, need.note),
-                                 stack=s)
+                                 stack=s, shared=shared and f"{shared}.{need.name}")
                 bindings.append(Binding(s, node.name, need.name, name))
         vectors = [p for p in ss.params if p.channel == "vector"]
         for p in vectors:

@@ -104,6 +104,8 @@ def test_an_irregular_card_plans_as_before_in_a_third_of_the_time():
     # the plan of commit 2413dc7 (10 s of CPU), re-pinned when the transfer constants
     # were fitted to Inferact's benchmarks (compiler/measured.py: 7 x 512 KiB banks);
     # its JSON since gained the norms' ``weight: true`` (parameter-free norms) and
-    # the calibrate command its constants cite (int8's scaled path re-measured)
-    assert plan.digest() == "632b4f89d9b2b460"
+    # the calibrate command its constants cite (int8's scaled path re-measured),
+    # then attention buffers live over their stack (fetched a repetition ahead;
+    # same geometry, VMEM and step)
+    assert plan.digest() == "d77cf6bbcfc29f01"
     assert seconds < 6, seconds
