@@ -109,6 +109,13 @@ class CollectivePlan:
         """The all-reduces' wire dtype (None on one core: nothing travels)."""
         return next((s.wire for s in self.specs if s.kind == "all_reduce"), None)
 
+    @property
+    def all_reduces_per_step(self) -> int:
+        """All-reduces one step runs: every all-reduce site, once per layer
+        of its stack (each rounds its partials to the wire dtype once)."""
+        return sum(site.per_step for site in self.sites
+                   if self.spec(site.spec).kind == "all_reduce")
+
     def per_layer(self, stack: int) -> tuple[Collective, ...]:
         return tuple(s for s in self.sites if s.stack == stack)
 

@@ -6,14 +6,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from megakernel.backends.pallas_tpu.check.against_reference import (CACHE_TOL, TOL, WIRE_TOL,
+from megakernel.backends.pallas_tpu.check.against_reference import (CACHE_TOL, ROUTE_TIE, TOL,
+                                                                     WIRE_ROUTE_TIE, WIRE_TOL,
                                                                      Tolerances)
 from megakernel.models import zoo
 from megakernel.models.reference import WIRE_TOLERANCE
 
 
-def _plan(wire: str, cores: int = 2):
-    return SimpleNamespace(collectives=SimpleNamespace(wire=wire),
+def _plan(wire: str, cores: int = 2, all_reduces: int = 3):
+    return SimpleNamespace(collectives=SimpleNamespace(wire=wire,
+                                                       all_reduces_per_step=all_reduces),
                            shard=SimpleNamespace(cores=cores))
 
 
@@ -39,3 +41,14 @@ def test_residual_gates_register_their_measured_bound():
     assert WIRE_TOLERANCE("residual_gate") == 4e-2 > WIRE_TOL
     t = Tolerances.of(build(muse_like(dtype="bfloat16")), _plan("bfloat16"))
     assert t.state == CACHE_TOL["bfloat16"] + 4e-2
+
+
+def test_the_route_tie_grows_with_the_cores_and_the_steps_all_reduces():
+    """Each all-reduce rounds every core's partial once, and the router reads
+    the residual every earlier one rounded into (WIRE_ROUTE_TIE's measurement)."""
+    model = zoo.model("qwen3-30b-a3b")
+    tie = {(c, n): Tolerances.of(model, _plan("bfloat16", c, n)).route_tie
+           for c in (2, 8) for n in (3, 9)}
+    assert tie[2, 9] == pytest.approx(ROUTE_TIE["bfloat16"] + WIRE_ROUTE_TIE * 18)
+    assert tie[2, 3] < tie[2, 9] < tie[8, 9] and tie[2, 3] < tie[8, 3] < tie[8, 9]
+    assert Tolerances.of(model, _plan("float32", 8, 9)).route_tie == ROUTE_TIE["bfloat16"]
