@@ -45,10 +45,11 @@ def test_residual_gates_register_their_measured_bound():
 
 def test_the_route_tie_grows_with_the_cores_and_the_steps_all_reduces():
     """Each all-reduce rounds every core's partial once, and the router reads
-    the residual every earlier one rounded into (WIRE_ROUTE_TIE's measurement)."""
+    the residual every earlier one rounded into: independent roundings, added
+    in quadrature (WIRE_ROUTE_TIE's measurement)."""
     model = zoo.model("qwen3-30b-a3b")
     tie = {(c, n): Tolerances.of(model, _plan("bfloat16", c, n)).route_tie
            for c in (2, 8) for n in (3, 9)}
-    assert tie[2, 9] == pytest.approx(ROUTE_TIE["bfloat16"] + WIRE_ROUTE_TIE * 18)
+    assert tie[2, 9] == pytest.approx(ROUTE_TIE["bfloat16"] + WIRE_ROUTE_TIE * 18 ** 0.5)
     assert tie[2, 3] < tie[2, 9] < tie[8, 9] and tie[2, 3] < tie[8, 3] < tie[8, 9]
     assert Tolerances.of(model, _plan("float32", 8, 9)).route_tie == ROUTE_TIE["bfloat16"]

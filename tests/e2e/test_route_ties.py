@@ -17,7 +17,8 @@ on sequence 0's first new row only, nothing off on an f32 wire. Its layer-2
 router (after 6 of the step's 9 bf16 all-reduces) chooses sequence 0's third
 expert by a margin of 1.06e-3 there, above the 1e-3 a tie rule of 2.5e-4 per
 core left out on 2 cores: the wire's rounding grows with the all-reduces the
-residual has been through, and the rule now counts them (run.WIRE_ROUTE_TIE).
+residual has been through, and the rule now counts them: 2.2e-3 here
+(run.WIRE_ROUTE_TIE).
 """
 
 import jax.numpy as jnp
