@@ -12,7 +12,6 @@ comparison from that step on (``ROUTE_TIE``) and counted in the result.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 
 import jax
@@ -97,7 +96,7 @@ ROUTE_TIE = {"float32": 1e-5, "bfloat16": 5e-4}
 #   Measured (2026-12-07): a 4-layer draw on 2 cores (9 all-reduces a step, 6
 #   before the router that flipped) flips at a margin of 1.06e-3, above the
 #   1e-3 a rule of 2.5e-4 per core gave (tests/e2e/test_route_ties.py; on an
-#   f32 wire it matches, logits within 9e-4 of TOL): 5e-4 + 4e-4 sqrt(18) =
+#   f32 wire it matches, logits 9e-4 off): 5e-4 + 4e-4 sqrt(18) =
 #   2.2e-3 is 2.1x that flip; the 8-core flip above (the embedding's and at
 #   least one layer's all-reduces: 3 or more) gets 2.5e-3 or more, 3.1x. On
 #   25 drawn MoE models on 8 cores (46 sequences, 2 steps) it leaves out 12
