@@ -37,6 +37,9 @@ class Overrides:
         degree d (experts over d groups, each expert split over cores // d).
     logits: "argmax" (vocab-sharded logits + distributed argmax) or "gather".
     allreduce: "one_shot" or "rs_ag" for every tensor-parallel all-reduce.
+    allreduce_wide: the same for the all-reduces of partials wider than the
+        hidden size (a per-slot MoE's picks) alone; None: ``allreduce`` if
+        set, else the faster for their bytes (compiler/schedule_collectives.py).
     embed: "vocab" (vocab-sharded table + all-reduce) or "replicated".
     mla_form: "absorbed" or "expanded" for every multi-head latent attention
         (backends/pallas_tpu/kernels/mla.py); None: the cheaper by the cost model.
@@ -65,6 +68,7 @@ class Overrides:
     # keep their digest.
     wire: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
     expert_rows: int | None = field(default=None, metadata={OMIT_DEFAULT: True})
+    allreduce_wide: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     def __post_init__(self):
         for name in ("bank_bytes", "num_banks", "expert_slots", "slot_chunks", "kv_tile",
@@ -80,6 +84,8 @@ class Overrides:
         _choice(self.embed, ("vocab", "replicated"), "embed")
         if self.allreduce is not None:
             _choice(self.allreduce, ("one_shot", "rs_ag"), "allreduce")
+        if self.allreduce_wide is not None:
+            _choice(self.allreduce_wide, ("one_shot", "rs_ag"), "allreduce_wide")
         for f in fields(self):
             if f.metadata.get(BY_KIND) and getattr(self, f.name) is not None:
                 _choice(getattr(self, f.name), KIND_OVERRIDES(f.name, f"overrides.{f.name}"),

@@ -15,6 +15,13 @@ the wire dtype), so all cores hold bit-identical results. Slots are
 double-buffered by the parity of the collective's sequence number, so the
 layer loop needs no barrier: a peer cannot start collective n+2 before this
 core has finished n.
+All-reduce sites of the hidden width share the spec ``allreduce``. Sites of
+a wider partial (a per-slot MoE's picks, ``fold`` pieces of hidden) move
+several times the bytes in each phase, so their best algorithm can differ:
+when it does they get a spec of their own, ``allreduce_wide``, with its own
+buffers and semaphores. Its sites keep the step's sequence numbers (every
+collective completes on every core before the next starts, so a peer cannot
+write collective n+2's slots, of either spec, before this core has read n's).
 """
 
 from __future__ import annotations
@@ -144,7 +151,10 @@ def _sems(prefix: str, shape: tuple[int, ...], note: str) -> tuple[Buffer, ...]:
 
 
 def _allreduce(rows: int, hidden: int, wire: str, target: Target,
-               forced: str | None, fold: int = 1) -> CollectiveSpec:
+               forced: str | None, fold: int = 1, name: str = "allreduce") -> CollectiveSpec:
+    """The all-reduce of sites of up to ``fold`` pieces of [rows, hidden]:
+    the algorithm (``forced``, else the fastest for a site of ``fold``
+    pieces) and its buffers, named ``{name}.*``."""
     n, item = target.cores, itemsize(wire)
     payload = (rows, hidden)
     nbytes = rows * hidden * item
@@ -155,24 +165,38 @@ def _allreduce(rows: int, hidden: int, wire: str, target: Target,
     if forced is not None and forced in options:
         algo = forced
     else:
-        algo = min(options, key=lambda a: options[a][0] * phase_seconds(options[a][1], target))
+        algo = min(options, key=lambda a: options[a][0] * phase_seconds(fold * options[a][1],
+                                                                       target))
     phases, per_peer = options[algo]
     # folded slots: a piece axis after the rank (kernels/collectives.py)
     f, fn = ((fold,), ", piece") if fold > 1 else ((), "")
     if algo == "one_shot":
-        bufs = (_slots("allreduce.slots", (2, n, *f, rows, hidden), wire,
+        bufs = (_slots(f"{name}.slots", (2, n, *f, rows, hidden), wire,
                        f"[parity, sender{fn}] valid rows of the partials; own slot written "
                        "locally"),)
-        bufs += _sems("allreduce", (2, n), "[parity, peer]")
+        bufs += _sems(name, (2, n), "[parity, peer]")
     else:
-        bufs = (_slots("allreduce.stage", (2, *f, rows, hidden), wire,
+        bufs = (_slots(f"{name}.stage", (2, *f, rows, hidden), wire,
                        f"[parity{fn}] the partial's valid rows, while its chunks are sent"),)
-        bufs += tuple(_slots(f"allreduce.{ph}_slots", (2, n, *f, rows, chunk), wire, note)
+        bufs += tuple(_slots(f"{name}.{ph}_slots", (2, n, *f, rows, chunk), wire, note)
                       for ph, note in (("rs", f"[parity, sender{fn}] chunk c partials"),
                                        ("ag", f"[parity, owner{fn}] reduced chunks")))
-        bufs += _sems("allreduce", (2, 2, n), "[parity, phase, peer]")
-    return CollectiveSpec("allreduce", "all_reduce", algo, payload, nbytes, wire, phases, per_peer,
+        bufs += _sems(name, (2, 2, n), "[parity, phase, peer]")
+    return CollectiveSpec(name, "all_reduce", algo, payload, nbytes, wire, phases, per_peer,
                           phases * phase_seconds(per_peer, target), bufs, fold)
+
+
+def _allreduces(rows: int, hidden: int, wire: str, target: Target, forced: str | None,
+                forced_wide: str | None, fold: int) -> list[CollectiveSpec]:
+    """The all-reduce specs for sites of up to ``fold`` pieces: one, unless
+    the widest sites' algorithm (``forced_wide``, else ``forced``, else the
+    fastest for their bytes) differs from the hidden-width sites' (then
+    ``allreduce`` for those and ``allreduce_wide`` for the wider)."""
+    wide = _allreduce(rows, hidden, wire, target, forced_wide or forced, fold, "allreduce_wide")
+    narrow = _allreduce(rows, hidden, wire, target, forced)
+    if fold == 1 or wide.algorithm == narrow.algorithm:
+        return [_allreduce(rows, hidden, wire, target, narrow.algorithm, fold)]
+    return [narrow, wide]
 
 
 def _slots(name: str, shape: tuple[int, ...], dtype: str, note: str) -> Buffer:
@@ -195,9 +219,10 @@ def collective_specs(shard: ShardPlan, request: PlanRequest, target: Target,
     # and 4 cores, that keeps the logits within half the bf16 tolerance
     # (backends/pallas_tpu/check/against_reference.py, above TOL). f32 models keep f32.
     wire = request.overrides.wire or dtype
-    specs = [_allreduce(rows, hidden, wire, target, request.overrides.allreduce,
-                        max((site_fold(st, r.tensor, hidden) for st in shard.stacks
-                             for r in st.reductions), default=1))]
+    fold = max((site_fold(st, r.tensor, hidden) for st in shard.stacks
+                for r in st.reductions), default=1)
+    specs = _allreduces(rows, hidden, wire, target, request.overrides.allreduce,
+                        request.overrides.allreduce_wide, fold)
     if request.overrides.logits == "argmax":
         shape = (n, rows, LANES)
         bufs = (_slots("argmax.values", shape, "float32", "[sender] per-row local max"),
@@ -248,19 +273,26 @@ def schedule_collectives(shard: ShardPlan, memory, specs: tuple[CollectiveSpec, 
             q = k - keys.index(keys[k])
             before = sum(runs[:keys.index(keys[k])])     # earlier runs' collectives
             last = _last_tile_through(ss, memory.stack_nodes[st.stack], red.producer)
+            fold = site_fold(st, red.tensor, hidden)
             sites.append(Collective(
-                f"s{st.stack}.allreduce.{red.tensor}", "allreduce", st.stack, red.tensor,
+                f"s{st.stack}.allreduce.{red.tensor}", _spec_of(specs, fold), st.stack, red.tensor,
                 red.producer, red.consumer,
                 memory.point_index(f"s{st.stack}.allreduce.{red.tensor}"),
                 memory.point_of(st.stack, red.producer), memory.point_of(st.stack, red.consumer),
                 seq + before + q, stride, st.count * c, last + 1, ring, order,
-                c, per_rep - c * stride, site_fold(st, red.tensor, hidden)))
+                c, per_rep - c * stride, fold))
         seq += per_rep * st.count
     head = specs[-1]
     sites.append(Collective(f"logits.{head.name}", head.name, None, "logits", "lm_head", "output",
                             memory.point_index("logits"), memory.point_index("lm_head"),
                             memory.point_index("epilogue"), 0, 0, 1, memory.stream.total, 0, order))
     return CollectivePlan(specs, tuple(sites))
+
+
+def _spec_of(specs, fold: int) -> str:
+    """The all-reduce spec of a site of ``fold`` pieces."""
+    names = {s.name for s in specs}
+    return "allreduce_wide" if fold > 1 and "allreduce_wide" in names else "allreduce"
 
 
 def site_fold(st, tensor: str, hidden: int) -> int:

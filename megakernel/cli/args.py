@@ -175,6 +175,9 @@ def plan_args(p, *, model_optional: bool = False) -> None:
                    help="tp, ep, or an expert-parallel degree")
     p.add_argument("--allreduce", choices=("one_shot", "rs_ag"), default=None,
                    help="override every all-reduce's algorithm")
+    p.add_argument("--allreduce-wide", choices=("one_shot", "rs_ag"), default=None,
+                   help="override the algorithm of the all-reduces wider than the hidden "
+                        "size (a per-slot MoE's picks) alone")
     p.add_argument("--wire", choices=("bfloat16", "float32"), default=None,
                    help="dtype the all-reduces' partials travel in")
     p.add_argument("--expert-rows", type=positive, default=None,
@@ -233,7 +236,7 @@ def make_plan(args, model=None):
     overrides = {k: v for k, v in dict(
         bank_bytes=args.bank_bytes, num_banks=args.banks, expert_slots=args.expert_slots,
         kv_tile=args.kv_tile, moe_parallel=args.moe_parallel, allreduce=args.allreduce,
-        wire=args.wire, expert_rows=args.expert_rows).items() if v is not None}
+        allreduce_wide=args.allreduce_wide, wire=args.wire, expert_rows=args.expert_rows).items() if v is not None}
     with progress(f"planning {model.name} on {args.devices} core(s)"):
         plan = plan_model(model, target=target, devices=args.devices, batch=args.batch,
                           tokens=args.tokens, context=args.context, overrides=overrides,

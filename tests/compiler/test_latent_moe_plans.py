@@ -132,6 +132,47 @@ def test_picks_wider_than_hidden_travel_in_pieces_and_cost_more():
         .bytes_per_peer for s in plan.collectives.sites if s.spec != "allreduce")
 
 
+def test_the_picks_get_an_all_reduce_of_their_own_when_its_algorithm_differs():
+    """The picks' site moves fold x the bytes of the hidden-width sites; with
+    another algorithm it gets a spec of its own (allreduce_wide: its own
+    buffers and semaphores), and with the same one they share a spec."""
+    card = _moe(MUSE, top_k=4)
+    mixed = plan_model(build(card), devices=2, batch=2, tokens=1, overrides=Overrides(
+        moe_parallel="tp", allreduce="one_shot", allreduce_wide="rs_ag"))
+    c = mixed.collectives
+    assert [(s.name, s.algorithm, s.fold) for s in c.specs if s.kind == "all_reduce"] == [
+        ("allreduce", "one_shot", 1), ("allreduce_wide", "rs_ag", 2)]
+    assert {s.tensor for s in c.sites if s.spec == "allreduce_wide"} == {"slots"}
+    names = {b.name for b in mixed.memory.buffers}
+    assert {"allreduce.slots", "allreduce_wide.stage", "allreduce_wide.rs_slots",
+            "allreduce_wide.ag_slots", "allreduce_wide.send_sems"} <= names
+    assert c.remote_bytes(2) == sum(
+        s.per_step * s.fold * c.spec(s.spec).phases * c.spec(s.spec).bytes_per_peer
+        for s in c.sites)
+    same = plan_model(build(card), devices=2, batch=2, tokens=1,
+                      overrides=Overrides(moe_parallel="tp", allreduce="rs_ag"))
+    assert [(s.name, s.fold) for s in same.collectives.specs if s.kind == "all_reduce"] == [
+        ("allreduce", 2)]
+
+
+def test_muse_spark_reduces_its_picks_in_two_phases_and_the_rest_in_one():
+    """At full size on 8 cores a layer's picks are [1, 8 x 4096] (4 pieces of
+    hidden): reduce-scatter + all-gather moves an eighth of that per peer in
+    each of its two phases and is faster than one shot; the hidden-width
+    sites stay one-shot. The cost model chose both."""
+    from bench import musespark
+
+    config = "NVFP4 experts + int8 dense + lm_head"
+    own = musespark.plan(config, 1, musespark.OWN)
+    specs = {s.name: (s.algorithm, s.fold) for s in own.collectives.specs}
+    assert specs["allreduce"] == ("one_shot", 1) and specs["allreduce_wide"] == ("rs_ag", 4)
+    shot = musespark.plan(config, 1, dict(musespark.OWN, allreduce_wide="one_shot"))
+    assert "allreduce_wide" not in {s.name for s in shot.collectives.specs}
+    stall = lambda p: next(ph.stall_s for ph in p.cost.phases  # noqa: E731
+                           if ph.name == "s0.allreduce.l0_slots")
+    assert stall(own) < stall(shot)
+
+
 @pytest.mark.parametrize("card", [MUSE, KIMI], ids=["muse", "kimi"])
 def test_the_expert_phase_streams_and_multiplies_at_the_latent_width(card):
     latent = plan_model(build(card), devices=1, batch=2, tokens=1)

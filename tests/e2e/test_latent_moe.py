@@ -41,6 +41,11 @@ SLOW = [
     # top_k x latent = 2 x hidden: the picks' all-reduce in two pieces, both algorithms
     ("muse-top4-bf16-2dev-tp-rs", in_dtype(TOP4, "bfloat16"), 2, 2, 1,
      {"moe_parallel": "tp", "allreduce": "rs_ag"}),          # 0.109, 0.197
+    # the picks' all-reduce with an algorithm of its own (its spec
+    # allreduce_wide) beside the one-shot of the hidden-width sites
+    ("muse-top4-bf16-2dev-tp-wide-rs", in_dtype(TOP4, "bfloat16"), 2, 2, 1,
+     {"moe_parallel": "tp", "allreduce": "one_shot", "allreduce_wide": "rs_ag"}),
+    # 0.097, 0.197
     # gpt-oss's expert biases under a per-expert norm: each expert's down bias
     # is part of the output its norm reads (a drawn card found it added after),
     # added once per expert (one core of its width's split)

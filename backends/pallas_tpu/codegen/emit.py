@@ -148,7 +148,7 @@ class StackCtx:
                                             (f"k // {literal(site.run)}", site.seq_skip)))
         else:                    # a run of one layer: k is the repetition
             par = _parity(site.seq_offset, (("k", site.seq_stride + site.seq_skip),))
-        call = frame.allreduce_call(v(tensor), par, site.name)
+        call = frame.allreduce_call(v(tensor), par, site)
         width, lanes = self.shard.width(tensor), self.model.hidden_size * site.fold
         if width == lanes:
             return [call]

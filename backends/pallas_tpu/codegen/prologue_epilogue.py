@@ -14,26 +14,33 @@ from megakernel.backends.pallas_tpu.codegen.declare import (buffer_bundles, dtyp
                                                      tuple_of)
 
 
-def allreduce_algorithm(plan) -> str | None:
-    spec = next((s for s in plan.collectives.specs if s.kind == "all_reduce"), None)
-    return spec.algorithm if spec else None
+def allreduce_fn(spec_name: str) -> str:
+    """The kernel's name of the all-reduce bound to plan spec ``spec_name``
+    (``allreduce`` -> ``all_reduce``, ``allreduce_wide`` -> ``all_reduce_wide``)."""
+    return spec_name.replace("allreduce", "all_reduce", 1)
 
 
 def allreduce_bundle(plan) -> list[str]:
     """``all_reduce = rt.AllReduce(...)``: this core's all-reduce with the
-    plan's buffers of its algorithm, bound once (none without all-reduces)."""
-    algorithm = allreduce_algorithm(plan)
-    if algorithm is None:
-        return []
-    slots = ("slots",) if algorithm == "one_shot" else ("stage", "rs_slots", "ag_slots")
-    b = lambda name: ref(plan, f"allreduce.{name}")  # noqa: E731
-    return [f"all_reduce = rt.AllReduce(me, NUM_CORES, {b('send_sems')}, {b('recv_sems')}, "
-            + "".join(f"{name}={b(name)}, " for name in slots) + "local=LOCAL_COLLECTIVES)"]
+    plan's buffers of its algorithm, bound once per all-reduce spec (none
+    without all-reduces; ``all_reduce_wide`` too when the wide sites have
+    their own, compiler/schedule_collectives.py)."""
+    out = []
+    for spec in plan.collectives.specs:
+        if spec.kind != "all_reduce":
+            continue
+        slots = ("slots",) if spec.algorithm == "one_shot" else ("stage", "rs_slots", "ag_slots")
+        b = lambda part, spec=spec: ref(plan, f"{spec.name}.{part}")  # noqa: E731
+        out.append(f"{allreduce_fn(spec.name)} = rt.AllReduce(me, NUM_CORES, {b('send_sems')}, "
+                   f"{b('recv_sems')}, " + "".join(f"{name}={b(name)}, " for name in slots)
+                   + "local=LOCAL_COLLECTIVES)")
+    return out
 
 
-def allreduce_call(x: str, parity: str, site: str) -> str:
-    """The generated all-reduce of variable ``x`` at one site."""
-    return f"{x} = all_reduce({x}, parity={parity})  # {site}"
+def allreduce_call(x: str, parity: str, site) -> str:
+    """The generated all-reduce of variable ``x`` at one site (a plan
+    ``Collective``), through its spec's bound all-reduce."""
+    return f"{x} = {allreduce_fn(site.spec)}({x}, parity={parity})  # {site.name}"
 
 
 def prologue_lines(model, plan, ctxs) -> list[str]:
@@ -93,7 +100,7 @@ def _embed_lines(model, plan, tokens: str) -> list[str]:
              f"ROWS, ROWS_PADDED, {dtype_expr(model.dtype.value)})"]
     site = next((s for s in plan.collectives.sites if s.name == "embed.allreduce"), None)
     if site is not None:
-        lines.append(allreduce_call("x", literal(site.parity()), site.name))
+        lines.append(allreduce_call("x", literal(site.parity()), site))
     return lines + _embed_ops(model) + [f"{ref(plan, 'residual')}[...] = x", ""]
 
 
