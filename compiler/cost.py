@@ -136,7 +136,7 @@ def _phases(model: Model, shard: ShardPlan, memory, collectives: CollectivePlan,
                 if red.producer == node.name:
                     # a partial wider than hidden moves in more pieces (a per-slot MoE's)
                     site = ar.get(f"s{ss.stack}.allreduce.{red.tensor}")
-                    t = (collectives.spec(site.spec).site_seconds(site.fold, target)
+                    t = (collectives.spec(site.spec).site_seconds(site.fold, target, site.lanes)
                          if site else seconds["allreduce"])
                     out.append(Phase(f"s{ss.stack}.allreduce.{_renamed(red.tensor, node.name, name)}",
                                      ss.stack, ss.count, kind="collective",

@@ -22,6 +22,9 @@ when it does they get a spec of their own, ``allreduce_wide``, with its own
 buffers and semaphores. Its sites keep the step's sequence numbers (every
 collective completes on every core before the next starts, so a peer cannot
 write collective n+2's slots, of either spec, before this core has read n's).
+A one-shot site of a partial narrower than hidden (a per-row statistic, a
+latent) moves only its lanes, rounded up to 128 (``Collective.lanes``); a
+reduce-scatter site moves all of hidden's, its chunks whole lane groups.
 """
 
 from __future__ import annotations
@@ -55,12 +58,19 @@ class CollectiveSpec:
     # reduces (a per-slot MoE's [rows, top_k x latent]) over the hidden size.
     fold: int = dataclasses.field(default=1, metadata={OMIT_DEFAULT: True})
 
-    def site_seconds(self, fold: int, target: Target) -> float:
-        """Modeled time of a site moving ``fold`` pieces: latency-bound phases
-        carry more bytes each (fold 1: ``seconds``)."""
-        if fold == 1:
+    def site_seconds(self, fold: int, target: Target, lanes: int = 0) -> float:
+        """Modeled time of a site moving ``fold`` pieces (or, ``lanes`` set,
+        that many lanes of one): latency-bound phases carry more (fewer)
+        bytes each (fold 1, lanes 0: ``seconds``)."""
+        if fold == 1 and not lanes:
             return self.seconds
-        return self.phases * phase_seconds(self.bytes_per_peer * fold, target)
+        return self.phases * phase_seconds(self.site_bytes_per_peer(fold, lanes), target)
+
+    def site_bytes_per_peer(self, fold: int, lanes: int = 0) -> int:
+        """Bytes per peer per phase of a site of ``fold`` pieces or ``lanes`` lanes."""
+        if lanes:
+            return self.bytes_per_peer * lanes // self.payload[1]
+        return self.bytes_per_peer * fold
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,9 @@ class Collective:
     seq_skip: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
     # pieces of [rows, hidden] the site moves (its tensor's width over hidden)
     fold: int = dataclasses.field(default=1, metadata={OMIT_DEFAULT: True})
+    # a one-shot site of a partial narrower than hidden: the lanes it moves
+    # (its width rounded up to 128); 0: all of hidden's
+    lanes: int = dataclasses.field(default=0, metadata={OMIT_DEFAULT: True})
 
     def seq(self, k: int = 0) -> int:
         """Sequence number at run-layer index ``k``."""
@@ -129,8 +142,9 @@ class CollectivePlan:
     def remote_bytes(self, cores: int) -> int:
         """Bytes one core sends to its peers in one step (every site, every
         phase, N-1 peers): what a trace of the executed kernel must show."""
-        return sum(site.per_step * self.spec(site.spec).phases * (cores - 1) * site.fold
-                   * self.spec(site.spec).bytes_per_peer for site in self.sites)
+        return sum(site.per_step * self.spec(site.spec).phases * (cores - 1)
+                   * self.spec(site.spec).site_bytes_per_peer(site.fold, site.lanes)
+                   for site in self.sites)
 
 
 def phase_seconds(bytes_per_peer: int, target: Target) -> float:
@@ -274,13 +288,16 @@ def schedule_collectives(shard: ShardPlan, memory, specs: tuple[CollectiveSpec, 
             before = sum(runs[:keys.index(keys[k])])     # earlier runs' collectives
             last = _last_tile_through(ss, memory.stack_nodes[st.stack], red.producer)
             fold = site_fold(st, red.tensor, hidden)
+            spec = next(s for s in specs if s.name == _spec_of(specs, fold))
+            lanes = round_up(st.width(red.tensor), LANES)
+            lanes = lanes if spec.algorithm == "one_shot" and lanes < hidden else 0
             sites.append(Collective(
-                f"s{st.stack}.allreduce.{red.tensor}", _spec_of(specs, fold), st.stack, red.tensor,
+                f"s{st.stack}.allreduce.{red.tensor}", spec.name, st.stack, red.tensor,
                 red.producer, red.consumer,
                 memory.point_index(f"s{st.stack}.allreduce.{red.tensor}"),
                 memory.point_of(st.stack, red.producer), memory.point_of(st.stack, red.consumer),
                 seq + before + q, stride, st.count * c, last + 1, ring, order,
-                c, per_rep - c * stride, fold))
+                c, per_rep - c * stride, fold, lanes))
         seq += per_rep * st.count
     head = specs[-1]
     sites.append(Collective(f"logits.{head.name}", head.name, None, "logits", "lm_head", "output",

@@ -20,13 +20,14 @@ from megakernel.backends.pallas_tpu.check.against_reference import interpret_par
 ROWS_PADDED, LANES = 8, 128
 
 
-def _run(n, rows, hidden, algorithm, wire, x, m, idx):
-    """-> (two all-reduce results [n, 2, RP, H], argmax (max, idx) [n, RP, 1] each)."""
+def _run(n, rows, hidden, algorithm, wire, x, m, idx, slot_lanes=None):
+    """-> (two all-reduce results [n, 2, RP, H], argmax (max, idx) [n, RP, 1] each);
+    ``slot_lanes``: one-shot slots wider than the partials' H lanes."""
     chunk = hidden // n
     wdt = jnp.dtype(wire)
     sem = pltpu.SemaphoreType.DMA
     if algorithm == "one_shot":
-        scratch = [pltpu.VMEM((2, n, rows, hidden), wdt), sem((2, n)), sem((2, n))]
+        scratch = [pltpu.VMEM((2, n, rows, slot_lanes or hidden), wdt), sem((2, n)), sem((2, n))]
     else:
         scratch = [pltpu.VMEM((2, rows, hidden), wdt), pltpu.VMEM((2, n, rows, chunk), wdt),
                    pltpu.VMEM((2, n, rows, chunk), wdt), sem((2, 2, n)), sem((2, 2, n))]
@@ -61,6 +62,25 @@ def _run(n, rows, hidden, algorithm, wire, x, m, idx):
                     put(m.reshape(n * ROWS_PADDED, 1)), put(idx.reshape(n * ROWS_PADDED, 1)))
     return (np.asarray(out).reshape(n, 2, ROWS_PADDED, hidden),
             np.asarray(om).reshape(n, ROWS_PADDED, 1), np.asarray(oi).reshape(n, ROWS_PADDED, 1))
+
+
+@pytest.mark.parametrize("n,rows", [(2, 1), (4, 3)])
+def test_a_narrow_partial_moves_only_its_lanes(n, rows):
+    """One-shot slots of 4 x 128 lanes carry a partial of 128 lanes (a
+    per-row statistic, a latent narrower than hidden): the sum of what
+    travelled, bit-identical on every core."""
+    rng = np.random.default_rng(n + rows)
+    x = rng.standard_normal((n, 2, ROWS_PADDED, LANES)).astype(np.float32) * 3
+    m = rng.standard_normal((n, ROWS_PADDED, 1)).astype(np.float32)
+    idx = rng.integers(0, 1000, (n, ROWS_PADDED, 1)).astype(np.int32)
+    out, _, _ = _run(n, rows, LANES, "one_shot", "bfloat16", x, m, idx, slot_lanes=4 * LANES)
+    sent = x[:, :, :rows].astype(ml_dtypes.bfloat16).astype(np.float32)
+    want = sent[0]
+    for j in range(1, n):                    # rank order, f32
+        want = want + sent[j]
+    for core in range(n):
+        np.testing.assert_array_equal(out[core][:, :rows], want)
+        assert not out[core][:, rows:].any()
 
 
 @pytest.mark.parametrize("n,rows,algorithm,wire", [

@@ -125,11 +125,12 @@ def test_picks_wider_than_hidden_travel_in_pieces_and_cost_more():
     assert spec.buffers[0].shape[2] == 2          # [parity, sender, piece, rows, hidden]
     phases = {p.name: p for p in plan.cost.phases}
     assert phases["s0.allreduce.slots"].stall_s > phases["s0.allreduce.attn_out"].stall_s
-    assert plan.collectives.remote_bytes(2) == sum(
-        s.per_step * s.fold * spec.phases * spec.bytes_per_peer
-        for s in plan.collectives.sites if s.spec == "allreduce") + sum(
-        s.per_step * plan.collectives.spec(s.spec).phases * plan.collectives.spec(s.spec)
-        .bytes_per_peer for s in plan.collectives.sites if s.spec != "allreduce")
+    # each site moves its pieces (the picks: 2), or a narrower partial its lanes
+    c = plan.collectives
+    assert {s.tensor: s.lanes for s in c.sites if s.lanes} == {"x_latent": 128}
+    assert c.remote_bytes(2) == sum(
+        s.per_step * c.spec(s.spec).phases * c.spec(s.spec).bytes_per_peer
+        * (s.fold if not s.lanes else s.lanes / c.spec(s.spec).payload[1]) for s in c.sites)
 
 
 def test_the_picks_get_an_all_reduce_of_their_own_when_its_algorithm_differs():
@@ -147,7 +148,7 @@ def test_the_picks_get_an_all_reduce_of_their_own_when_its_algorithm_differs():
     assert {"allreduce.slots", "allreduce_wide.stage", "allreduce_wide.rs_slots",
             "allreduce_wide.ag_slots", "allreduce_wide.send_sems"} <= names
     assert c.remote_bytes(2) == sum(
-        s.per_step * s.fold * c.spec(s.spec).phases * c.spec(s.spec).bytes_per_peer
+        s.per_step * c.spec(s.spec).phases * c.spec(s.spec).site_bytes_per_peer(s.fold, s.lanes)
         for s in c.sites)
     same = plan_model(build(card), devices=2, batch=2, tokens=1,
                       overrides=Overrides(moe_parallel="tp", allreduce="rs_ag"))

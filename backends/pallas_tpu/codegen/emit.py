@@ -149,12 +149,15 @@ class StackCtx:
         else:                    # a run of one layer: k is the repetition
             par = _parity(site.seq_offset, (("k", site.seq_stride + site.seq_skip),))
         call = frame.allreduce_call(v(tensor), par, site)
-        width, lanes = self.shard.width(tensor), self.model.hidden_size * site.fold
+        width = self.shard.width(tensor)
+        lanes = site.lanes or self.model.hidden_size * site.fold
         if width == lanes:
             return [call]
         # A narrower partial (e.g. a per-row statistic) rides in the all-reduce's
-        # [rows, hidden] slots, zero-padded; a wider one (a per-slot MoE's picks)
-        # in whole pieces of hidden lanes (``site.fold``), the last zero-padded.
+        # [rows, hidden] slots, in its lanes rounded up to 128 (``site.lanes``:
+        # one shot) or zero-padded to hidden (reduce-scatter); a wider one (a
+        # per-slot MoE's picks) in whole pieces of hidden lanes (``site.fold``),
+        # the last zero-padded.
         return [f"{v(tensor)} = rt.pad_lanes({v(tensor)}, {literal(lanes)})", call,
                 f"{v(tensor)} = {v(tensor)}[:, :{literal(width)}]"]
 

@@ -100,7 +100,9 @@ def all_reduce(x, slots, send_sems, recv_sems, parity, me, n, local=False):
     [2, n, rows, H]: the valid rows to every peer's slots[parity, me], then
     the f32 sum of slots[parity, 0..n-1] in rank order. Folded slots
     [2, n, fold, rows, H] also take x [rows_padded, f x H] (f <= fold): its
-    f lane pieces travel as pieces 0..f-1 of the slot."""
+    f lane pieces travel as pieces 0..f-1 of the slot. Unfolded slots take a
+    narrower x too, [rows_padded, w] with w a multiple of 128 below H: only
+    its w lanes of the slot travel and are summed."""
     rows, h = slots.shape[-2], slots.shape[-1]
     f, at = _pieces(x, slots, h)
 
@@ -123,21 +125,30 @@ def all_reduce(x, slots, send_sems, recv_sems, parity, me, n, local=False):
     _store_pieces(slots, (parity, me), x, f, rows, h)
     _each_peer(me, n, lambda j: push(j).start())
     _each_peer(me, n, lambda j: incoming(j).wait_recv())
-    acc = _unfold([_sum_f32(lambda j: _piece(slots, (parity, j), q), n) for q in range(f)])
+    if slots.ndim == 4 and x.shape[1] < h:      # a narrower x: the lanes that travelled
+        acc = _sum_f32(lambda j: slots[parity, j, :, pl.ds(0, x.shape[1])], n)
+    else:
+        acc = _unfold([_sum_f32(lambda j: _piece(slots, (parity, j), q), n) for q in range(f)])
     _each_peer(me, n, lambda j: push(j).wait_send())
     return _pad_rows(acc, x.shape[0])
 
 
 def _pieces(x, slots, h):
     """(pieces f of x, slot view (parity, rank) -> the ref its pieces use)."""
-    if slots.ndim == 4:             # unfolded slots: x is one [rows, H] piece
-        return 1, lambda par, j: slots.at[par, j]
+    if slots.ndim == 4:             # unfolded slots: x is one [rows, w <= H] piece
+        w = x.shape[1]
+        if w == h:
+            return 1, lambda par, j: slots.at[par, j]
+        return 1, lambda par, j: slots.at[par, j, :, pl.ds(0, w)]
     f = x.shape[1] // h
     return f, lambda par, j: slots.at[par, j, pl.ds(0, f)]
 
 
 def _store_pieces(ref, index, x, f, rows, h):
     """x's valid rows into ref[index] (unfolded) or its pieces 0..f-1."""
+    if ref.ndim == len(index) + 2 and x.shape[1] < h:     # a narrower x: its lanes
+        ref[index + (slice(None), pl.ds(0, x.shape[1]))] = x[:rows].astype(ref.dtype)
+        return
     if ref.ndim == len(index) + 2:
         ref[index] = x[:rows].astype(ref.dtype)
         return
