@@ -290,7 +290,9 @@ def schedule_collectives(shard: ShardPlan, memory, specs: tuple[CollectiveSpec, 
             fold = site_fold(st, red.tensor, hidden)
             spec = next(s for s in specs if s.name == _spec_of(specs, fold))
             lanes = round_up(st.width(red.tensor), LANES)
-            lanes = lanes if spec.algorithm == "one_shot" and lanes < hidden else 0
+            # only unfolded one-shot slots take a narrower partial (kernels/collectives.py)
+            narrow = spec.algorithm == "one_shot" and spec.fold == 1 and lanes < hidden
+            lanes = lanes if narrow else 0
             sites.append(Collective(
                 f"s{st.stack}.allreduce.{red.tensor}", spec.name, st.stack, red.tensor,
                 red.producer, red.consumer,

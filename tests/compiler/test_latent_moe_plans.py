@@ -125,9 +125,10 @@ def test_picks_wider_than_hidden_travel_in_pieces_and_cost_more():
     assert spec.buffers[0].shape[2] == 2          # [parity, sender, piece, rows, hidden]
     phases = {p.name: p for p in plan.cost.phases}
     assert phases["s0.allreduce.slots"].stall_s > phases["s0.allreduce.attn_out"].stall_s
-    # each site moves its pieces (the picks: 2), or a narrower partial its lanes
+    # each site moves its pieces (the picks: 2); in slots folded for them a
+    # narrower partial (x_latent, 128 of 256 lanes) is padded to one piece
     c = plan.collectives
-    assert {s.tensor: s.lanes for s in c.sites if s.lanes} == {"x_latent": 128}
+    assert not any(s.lanes for s in c.sites)
     assert c.remote_bytes(2) == sum(
         s.per_step * c.spec(s.spec).phases * c.spec(s.spec).bytes_per_peer
         * (s.fold if not s.lanes else s.lanes / c.spec(s.spec).payload[1]) for s in c.sites)
