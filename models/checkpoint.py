@@ -24,6 +24,7 @@ modules ship quantized keep their codes and scales.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,9 @@ from megakernel.models.tensor_files import TensorFiles as _Files
 
 # Derived buffers some older checkpoints carry; recomputed from the config.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# a decoder layer's tensors, under any family's prefix ("model.layers.3.", a
+# vision-language checkpoint's "model.language_model.layers.3.")
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 def _fused_gate_up(files: _Files, name: str, spec: ParamSpec, half: int) -> np.ndarray:
@@ -130,13 +134,16 @@ _RULES = {
 
 
 def load_checkpoint(path: str | Path, model: Model | None = None, *,
-                    dtype: str | DType | None = None) -> dict[str, np.ndarray]:
+                    dtype: str | DType | None = None,
+                    first_layers: int | None = None) -> dict[str, np.ndarray]:
     """IR-named numpy weights of the checkpoint folder ``path``, in
     ``model.params()`` order, cast to ``dtype`` (default: the model's; weights
     the IR keeps in float32 stay float32); weights the model quantizes come
     back quantized (``quantize.Packed``): as shipped when the checkpoint ships
     them in that format, else rounded from the checkpoint's values. ``model``
-    defaults to the folder's config.json imported with ``from_hf``."""
+    defaults to the folder's config.json imported with ``from_hf``.
+    ``first_layers``: ``model`` is the checkpoint's model cut to its first K
+    layers (``--layers``), so the tensors of later layers are left unread."""
     folder = Path(path)
     config = read_json(folder / "config.json", error=ConfigError)
     model_type = config.get("model_type") if isinstance(config, dict) else None
@@ -165,7 +172,8 @@ def load_checkpoint(path: str | Path, model: Model | None = None, *,
                 files, scheme, weight, kinds.get(weight), spec, keep.value,
                 lambda view, s, w=weight: _load_one(view, model_type, names, w, s, model))
         weights[weight] = array if isinstance(array, Packed) else np.asarray(array, keep.np)
-    _check_leftovers(files, model, weights, ignored, () if scheme is None else scheme.unread)
+    _check_leftovers(files, model, weights, ignored, () if scheme is None else scheme.unread,
+                     first_layers)
     # Quantize on load: weights whose kind the model's quantize table names
     # are rounded to their format (megakernel/quantize.py).
     return quantize_weights(model, weights, target)
@@ -199,10 +207,18 @@ def _apply(src: Source, files: _Files, name: str, spec: ParamSpec, weight: str, 
         raise ConfigError(err.message, path=weight, hint=err.hint) from None
 
 
+def _cut_off(name: str, first_layers: int | None) -> bool:
+    """Whether tensor ``name`` belongs to a layer past a cut's first layers."""
+    hit = _LAYER_INDEX.search(name) if first_layers is not None else None
+    return bool(hit) and int(hit.group(1)) >= first_layers
+
+
 def _check_leftovers(files: _Files, model: Model, weights: dict[str, np.ndarray],
-                     ignored: tuple[str, ...] = (), unread: tuple[str, ...] = ()) -> None:
+                     ignored: tuple[str, ...] = (), unread: tuple[str, ...] = (),
+                     first_layers: int | None = None) -> None:
     left = sorted(n for n in set(files.tensors) - files.used
-                  if not n.endswith(_IGNORED_SUFFIXES + unread) and not n.startswith(ignored))
+                  if not n.endswith(_IGNORED_SUFFIXES + unread) and not n.startswith(ignored)
+                  and not _cut_off(n, first_layers))
     if model.tie_embeddings and "lm_head.weight" in left:
         # Some tied checkpoints store the head anyway; it must be the embedding.
         if np.array_equal(files.get("lm_head.weight"), files.get("model.embed_tokens.weight")):

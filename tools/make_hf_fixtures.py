@@ -26,6 +26,7 @@ exactly what a loader of the fixture files sees.
 Usage:
   python tools/make_hf_fixtures.py [--out DIR] [--only FAMILY ...]
   python tools/make_hf_fixtures.py --verify [--out DIR] [--only FAMILY ...]   # reload + recheck
+  python tools/make_hf_fixtures.py --greedy [--out DIR] [--only FAMILY ...]   # greedy.json only
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from hf_fixtures import build, spec  # noqa: E402  (tools/ is this script's folder)
+from hf_fixtures import greedy  # noqa: E402
 from hf_fixtures.verify import verify  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -56,6 +58,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--verify", action="store_true", help="only reload and recheck existing fixtures")
+    ap.add_argument("--greedy", action="store_true",
+                    help="only write each fixture's greedy.json (transformers' greedy generate)")
     args = ap.parse_args(argv)
 
     torch.use_deterministic_algorithms(True)
@@ -63,7 +67,9 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}")
 
     if args.verify:
-        return verify(args.out, args.only)
+        return verify(args.out, args.only) | greedy.verify(args.out, args.only)
+    if args.greedy:
+        return greedy.write(args.out, args.only)
 
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +81,8 @@ def main(argv=None) -> int:
         if args.only and s.name not in args.only:
             continue
         build.make(s, args.out)
-    return verify(args.out, args.only)
+    greedy.write(args.out, args.only)
+    return verify(args.out, args.only) | greedy.verify(args.out, args.only)
 
 
 if __name__ == "__main__":

@@ -283,9 +283,10 @@ COMMANDS = {
     "aot": (cmd_aot, "compile a kernel directory for TPU with libtpu; VMEM used vs plan",
             ["megakernel aot out/qwen3-32b --topology tpu7x:2x2x1"]),
     "generate": (cmd_generate, "greedy tokens from the kernel, N steps per call, vs the reference",
-                 ["megakernel generate tiny-moe --prompt-ids 1,2,3 --max-new 20",
-                  "megakernel generate tiny-dense --prompt-ids 5,6 7,8 --max-new 8 "
-                  "--steps-per-call 4 --end-id 2"]),
+                 ["megakernel generate tests/fixtures/hf/qwen3 --prompt-ids 1,2,3 --max-new 8",
+                  "megakernel generate tiny-moe --random-weights --prompt-ids 1,2,3 --max-new 20",
+                  "megakernel generate tiny-dense --random-weights --prompt-ids 5,6 7,8 "
+                  "--max-new 8 --steps-per-call 4 --end-id 2"]),
     "calibrate": (cmd_calibrate, "measure the cost model's compute rates with libtpu's static "
                   "profile; writes the generated table", ["megakernel calibrate"]),
     "demo": (cmd_demo, "plan, emit, check and AOT-compile the default model (tiny-moe)",

@@ -51,11 +51,33 @@ def prompt_array(prompt_ids, vocab_size: int) -> np.ndarray:
     return arr.astype(np.int32)
 
 
-def _check_length(model, prompt: np.ndarray, max_new: int, end_id: int = -1) -> None:
-    if not (isinstance(end_id, int) and -1 <= end_id < model.vocab_size):
-        raise CheckError(f"end_id={end_id!r} must be -1 (none) or a token id in "
-                         f"[0, {model.vocab_size})", path="generate.end_id",
-                         hint="give the model's end-of-sequence id, or -1")
+def end_ids(end_id, vocab_size: int) -> tuple[int, ...]:
+    """``end_id`` (-1: none, one id, or several) as a tuple of distinct ids."""
+    ids = [end_id] if isinstance(end_id, int) and not isinstance(end_id, bool) else end_id
+    try:
+        ids = [] if list(ids) == [-1] else list(ids)
+    except TypeError:
+        ids = None
+    if ids is None or not all(type(i) is int and 0 <= i < vocab_size for i in ids):
+        raise CheckError(f"end_id={end_id!r} must be -1 (none), a token id or a list of token "
+                         f"ids in [0, {vocab_size})", path="generate.end_id",
+                         hint="give the model's end-of-sequence id(s), or -1")
+    return tuple(dict.fromkeys(ids))
+
+
+def _after_end(tokens: np.ndarray, ends: tuple[int, ...]) -> np.ndarray:
+    """``tokens`` [B, n] with every token after a row's first end id replaced
+    by that id (the kernel stops on one id; a row may end on another)."""
+    out = tokens.copy()
+    for row in out:
+        hit = np.flatnonzero(np.isin(row, ends)) if ends else ()
+        if len(hit):
+            row[hit[0]:] = row[hit[0]]
+    return out
+
+
+def _check_length(model, prompt: np.ndarray, max_new: int, end_id=-1) -> None:
+    end_ids(end_id, model.vocab_size)
     if not (isinstance(max_new, int) and max_new > 0):
         raise CheckError(f"max_new={max_new!r} must be a positive integer",
                          path="generate.max_new", hint="ask for at least one new token")
@@ -99,8 +121,11 @@ def plan_for(model, prompt_ids, max_new: int, *, steps_per_call: "int | str" = "
 
 
 def generate(model, prompt_ids, max_new: int, *, steps_per_call: "int | str" = "auto",
-             devices: int = 1, weights=None, seed: int = 0, end_id: int = -1, interpret=None,
+             devices: int = 1, weights=None, seed: int = 0, end_id=-1, interpret=None,
              plan=None, progress=None) -> Generated:
+    """Greedy tokens [B, max_new] (the prefill's first); ``end_id``: -1, one
+    id or several (the kernel stops a row on the first; a row that emits any
+    gets no room in later calls, and its tokens after it repeat it)."""
     from megakernel.backends.pallas_tpu.codegen.load import compile_model
     from megakernel.backends.pallas_tpu.codegen import load
     from megakernel.backends.pallas_tpu.check.against_reference import KernelRunner, make_mesh
@@ -109,6 +134,8 @@ def generate(model, prompt_ids, max_new: int, *, steps_per_call: "int | str" = "
 
     prompt = prompt_array(prompt_ids, model.vocab_size)
     _check_length(model, prompt, max_new, end_id)
+    ends = end_ids(end_id, model.vocab_size)
+    stop = ends[0] if ends else -1
     b, p = prompt.shape
     if plan is None:
         plan = plan_for(model, prompt, max_new, steps_per_call=steps_per_call, devices=devices)
@@ -120,50 +147,61 @@ def generate(model, prompt_ids, max_new: int, *, steps_per_call: "int | str" = "
         interpret = pltpu.InterpretParams()
     w = reference.as_jax(weights)
     first, caches = prefill(model, w, prompt)
-    out = np.full((b, max_new), end_id, np.int32)
+    out = np.full((b, max_new), stop, np.int32)
     out[:, 0] = first
     with tempfile.TemporaryDirectory(prefix="megakernel-generate-") as tmp:
         module = load.import_module(compile_model(model, plan, tmp))
         runner = KernelRunner(module, model, plan, weights, make_mesh(plan.shard.cores),
                               interpret or False, with_logits=False)
         runner.set_caches({k: np.asarray(v) for k, v in caches.items()})
-        done, made = (first == end_id), 1
+        done, made = np.isin(first, ends), 1
         calls, t0 = -(-(max_new - 1) // n), time.perf_counter()
         for c in range(calls):
             start = np.full((b,), p + made - 1, np.int32)
             # rows that ended get no room; the rest stop at max_new tokens
             limit = np.where(done, start, p + max_new - 1).astype(np.int32)
-            got, _ = call(runner, out[:, made - 1], start, end_id=end_id, limit=limit)
+            got, _ = call(runner, out[:, made - 1], start, end_id=stop, limit=limit)
             take = min(n, max_new - made)
-            out[:, made:made + take] = np.where(done[:, None], end_id, got[:, :take])
-            done |= (got[:, :take] == end_id).any(axis=1) if end_id >= 0 else False
+            out[:, made:made + take] = np.where(done[:, None], out[:, made - 1:made],
+                                                got[:, :take])
+            done |= np.isin(got[:, :take], ends).any(axis=1)
             made += take
             if progress is not None:
                 progress(c + 1, calls, made, time.perf_counter() - t0)
-    return Generated(out, calls, time.perf_counter() - t0, plan)
+    return Generated(_after_end(out, ends), calls, time.perf_counter() - t0, plan)
 
 
-def reference_greedy(model, weights, prompt_ids, max_new: int, end_id: int = -1) -> np.ndarray:
-    """The reference's greedy continuation [B, max_new], end_id repeated after an end."""
+def reference_greedy(model, weights, prompt_ids, max_new: int, end_id=-1) -> np.ndarray:
+    """The reference's greedy continuation [B, max_new], a row's end id (any
+    of ``end_id``'s) repeated after it."""
     prompt = prompt_array(prompt_ids, model.vocab_size)
     _check_length(model, prompt, max_new, end_id)
+    ends = end_ids(end_id, model.vocab_size)
     w = reference.as_jax(weights)
     tok, caches = prefill(model, w, prompt)
     b, p = prompt.shape
-    out = np.full((b, max_new), end_id, np.int32)
-    out[:, 0], done = tok, tok == end_id
+    out = np.full((b, max_new), ends[0] if ends else -1, np.int32)
+    out[:, 0], done = tok, np.isin(tok, ends)
     for j in range(1, max_new):
         logits, caches = reference.decode_step_jit(model, w, jnp.asarray(tok[:, None]),
                                                    jnp.full((b,), p + j - 1, jnp.int32), caches)
         tok = np.asarray(logits)[:, 0].argmax(-1).astype(np.int32)
-        out[:, j] = np.where(done, end_id, tok)
-        done |= tok == end_id
+        out[:, j] = np.where(done, out[:, j - 1], tok)
+        done |= np.isin(tok, ends)
     return out
 
 
+def running_on() -> str:
+    """What the kernel calls run on, for the speed a progress line gives."""
+    if jax.default_backend() != "tpu":
+        return "TPU interpret mode on CPU, not a TPU speed"
+    return f"compiled, on {jax.devices()[0].device_kind}"
+
+
 def print_progress(call: int, calls: int, made: int, seconds: float) -> None:
-    """One updating stderr line per call: calls, tokens per row, tokens/s."""
+    """One updating stderr line per call: calls, tokens per row, tokens/s, and
+    what that speed is of (interpret mode on CPU, or the device)."""
     rate = made / seconds if seconds > 0 else 0.0
     end = "\n" if call == calls else ""
-    print(f"\r  call {call}/{calls}: {made} tokens per row, {rate:.1f} tokens/s per row",
-          end=end, file=sys.stderr, flush=True)
+    print(f"\r  call {call}/{calls}: {made} tokens per row, {rate:.1f} tokens/s per row "
+          f"({running_on()})", end=end, file=sys.stderr, flush=True)

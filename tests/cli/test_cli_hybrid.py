@@ -43,9 +43,14 @@ def test_checkpoint_folder_compiles_checks_and_aot_compiles(tmp_path, capsys):
 
 
 def test_generate_on_the_checkpoint_folder_matches_the_reference(capsys):
-    """Greedy tokens of the hybrid (the prefill's token, then one call of 3
-    steps carrying the Gated DeltaNet states) equal the reference's continuation."""
-    code, out, err = run("generate", str(FIXTURE), "--prompt-ids", "1,2,3", "4,5,6",
-                         "--max-new", "4", "--steps-per-call", "3", capsys=capsys)
+    """Greedy tokens of the hybrid's own weights (the prefill's token, then
+    one call of 3 steps carrying the Gated DeltaNet states) equal the
+    reference's continuation and transformers' (greedy.json)."""
+    from tests.cli.test_generate_checkpoint import greedy, printed_rows, prompt_args
+
+    record = greedy(FIXTURE.name)
+    code, out, err = run("generate", str(FIXTURE), *prompt_args(record), "--max-new", "4",
+                         "--steps-per-call", "3", "--dtype", "float32", capsys=capsys)
     assert code == 0, err
-    assert out.count("row ") == 2 and "MATCH: 1 kernel call(s) of 3 steps" in out, out
+    assert "MATCH: 1 kernel call(s) of 3 steps" in out, out
+    assert printed_rows(out) == [row[:4] for row in record["greedy_ids"]]

@@ -25,8 +25,29 @@ def test_generate_matches_reference_greedy_with_an_end_id():
     assert (got.tokens[0, 2:] == end).all()
 
 
+def test_a_row_ends_on_any_of_several_end_ids():
+    """Checkpoints name several end ids (Llama 3, Qwen3): the kernel stops a
+    row on the first, the host on the others; either way the row's later
+    tokens repeat the id it ended on, as in the reference's loop."""
+    from megakernel.cli.generation import reference_greedy
+
+    model = dense()
+    w = init_weights(model, 0)
+    prompt = [[1, 2, 3], [7, 8, 9]]
+    free = reference_greedy(model, w, prompt, 7)
+    first = int(free[0, 2])
+    other = next(int(t) for t in free[1, 1:] if t not in free[0, :3] and t != free[1, 0])
+    ends = (first, other)
+    got = generate(model, prompt, 7, steps_per_call=6, weights=w, end_id=ends)
+    want = reference_greedy(model, w, prompt, 7, end_id=ends)
+    np.testing.assert_array_equal(got.tokens, want)
+    assert (got.tokens[0, 2:] == first).all()
+    at = list(free[1]).index(other)
+    assert (got.tokens[1, at:] == other).all() and (got.tokens[1, :at] == free[1, :at]).all()
+
+
 def test_cli_generate_prints_tokens_that_match(capsys):
-    code = main(["generate", "tiny-dense", "--prompt-ids", "1,2,3", "4,5,6", "--max-new", "5",
+    code = main(["generate", "tiny-dense", "--random-weights", "--prompt-ids", "1,2,3", "4,5,6", "--max-new", "5",
                  "--steps-per-call", "4"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -34,11 +55,11 @@ def test_cli_generate_prints_tokens_that_match(capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["generate", "tiny-dense", "--prompt-ids", "1,2", "3", "--max-new", "4"], "one length"),
-    (["generate", "tiny-dense", "--prompt-ids", "1,99999", "--max-new", "4"], "vocabulary"),
-    (["generate", "tiny-dense", "--prompt-ids", "1", "--max-new", "100000"], "max_seq_len"),
+    (["generate", "tiny-dense", "--random-weights", "--prompt-ids", "1,2", "3", "--max-new", "4"], "one length"),
+    (["generate", "tiny-dense", "--random-weights", "--prompt-ids", "1,99999", "--max-new", "4"], "vocabulary"),
+    (["generate", "tiny-dense", "--random-weights", "--prompt-ids", "1", "--max-new", "100000"], "max_seq_len"),
     (["plan", "tiny-dense", "--tokens", "2", "--steps-per-call", "4"], "tokens=1"),
-    (["generate", "tiny-dense", "--prompt-ids", "1", "--max-new", "4", "--end-id", "99999"],
+    (["generate", "tiny-dense", "--random-weights", "--prompt-ids", "1", "--max-new", "4", "--end-id", "99999"],
      "end_id"),
 ])
 def test_generate_and_steps_per_call_refuse_bad_input(argv, needle, capsys):
@@ -60,7 +81,7 @@ def test_plan_and_generate_take_the_planners_steps_per_call(capsys):
     code = main(["plan", "tiny-dense", "--steps-per-call", "auto"])
     out = capsys.readouterr().out
     assert code == 0 and "steps_per_call: auto: " in out and "of the step" in out
-    code = main(["generate", "tiny-dense", "--prompt-ids", "1,2,3", "--max-new", "3"])
+    code = main(["generate", "tiny-dense", "--random-weights", "--prompt-ids", "1,2,3", "--max-new", "3"])
     out = capsys.readouterr().out
     assert code == 0 and "MATCH: 1 kernel call(s) of 2 steps" in out, out
     with pytest.raises(SystemExit):
@@ -72,7 +93,7 @@ def test_plan_and_generate_take_the_planners_steps_per_call(capsys):
 def test_generate_with_one_step_per_call(capsys):
     """A one-step kernel has no stop-rule operands (issue 33: KeyError
     'end_id'): 3 tokens in 2 calls of 1 step, matching the reference."""
-    code = main(["generate", "tiny-dense", "--prompt-ids", "1,2,3", "--max-new", "3",
+    code = main(["generate", "tiny-dense", "--random-weights", "--prompt-ids", "1,2,3", "--max-new", "3",
                  "--steps-per-call", "1"])
     out = capsys.readouterr().out
     assert code == 0 and "MATCH: 2 kernel call(s) of 1 steps" in out, out
@@ -88,7 +109,7 @@ def test_auto_takes_one_step_when_one_token_is_left():
 
 def test_a_prompt_longer_than_max_seq_len_says_so(capsys):
     ids = ",".join(["1"] * 600)          # tiny-dense holds 512 positions
-    code = main(["generate", "tiny-dense", "--prompt-ids", ids, "--max-new", "1"])
+    code = main(["generate", "tiny-dense", "--random-weights", "--prompt-ids", ids, "--max-new", "1"])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "a prompt of 600 ids leaves no room" in err, err
     assert "at most 511 ids" in err and "-8" not in err
@@ -102,7 +123,7 @@ def test_generate_plans_before_decoding_the_reference(capsys, monkeypatch):
         raise AssertionError("the reference decoded before planning")
 
     monkeypatch.setattr(generation, "reference_greedy", decoded)
-    code = main(["generate", "tiny-moe", "--prompt-ids", "1,2", "3,4", "--max-new", "4",
+    code = main(["generate", "tiny-moe", "--random-weights", "--prompt-ids", "1,2", "3,4", "--max-new", "4",
                  "--devices", "3"])
     err = capsys.readouterr().err
     assert code == 2 and "cannot be split evenly over 3" in err, err

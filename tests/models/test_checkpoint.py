@@ -192,3 +192,20 @@ def test_folder_without_weights(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**BASE, **CONFIGS["llama"]}))
     with pytest.raises(ConfigError, match="no model.safetensors"):
         load_checkpoint(tmp_path)
+
+
+def test_a_cut_model_reads_only_its_first_layers_of_the_checkpoint():
+    """``--layers K`` on a checkpoint: the first K layers' tensors are read,
+    the later ones left unread only when the cut is said (first_layers)."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "llama"
+    full = build(from_hf(folder))
+    cut = full.truncated(1)
+    whole = load_checkpoint(folder, full)
+    part = load_checkpoint(folder, cut, first_layers=1)
+    assert set(part) == set(cut.params()) and len(part) < len(whole)
+    for name, array in part.items():
+        np.testing.assert_array_equal(array, whole[name])
+    with pytest.raises(ConfigError, match="model.layers.1.self_attn"):
+        load_checkpoint(folder, cut)

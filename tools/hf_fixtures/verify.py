@@ -12,9 +12,9 @@ from .reference import StateRecorder, assert_torch_paths, linear_layers, load_fp
 from .spec import names
 
 
-def verify(out_root: Path, only) -> int:
-    """0 if every fixture (of ``only``, if given) reproduces within 1e-5, else 1."""
-    bad = 0
+def reloaded(out_root: Path, only):
+    """(name, folder, expected.npz, model reloaded in float32) of each
+    committed fixture (of ``only``, if given), transformers on its torch paths."""
     for name in names():
         if only and name not in only:
             continue
@@ -23,6 +23,13 @@ def verify(out_root: Path, only) -> int:
         model = load_fp32(d)
         if linear_layers(model.config):
             assert_torch_paths()
+        yield name, d, exp, model
+
+
+def verify(out_root: Path, only) -> int:
+    """0 if every fixture (of ``only``, if given) reproduces within 1e-5, else 1."""
+    bad = 0
+    for name, d, exp, model in reloaded(out_root, only):
         states = StateRecorder(model.config) if linear_layers(model.config) else None
         with torch.no_grad():
             lp, l1, l2 = run_reference(
